@@ -1,0 +1,63 @@
+"""The reference engine as seen by the falsifiers: the `engine` fixture's default.
+
+Falsifiers never import reference modules directly; they go through an engine object so that another engine can
+be swapped in (falsify gate --engine NAME). Each method imports its module lazily so that an engine lacking one
+capability still serves the others.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+
+class ReferenceEngine:
+    name = "reference"
+    # The capabilities contracts can `require` (contract-v1.schema.json, `requires`).
+    capabilities = frozenset({"quant", "model", "generate", "prefill", "lanes"})
+
+    def supports(self, capability: str) -> str | None:
+        """None when the capability is supported, else the reason it is not."""
+        return None if capability in self.capabilities else f"reference engine has no {capability!r}"
+
+    def q4_k(self) -> Any:
+        from reference.q4k import Q4_K
+
+        return Q4_K
+
+    def tiny_model_path(self) -> Path:
+        from reference.tiny import tiny_model
+
+        return tiny_model(seed=0)
+
+    def load_model(self, weights: str = "f32") -> Any:
+        return _load_tiny(weights)
+
+    def session(self, model: Any) -> Any:
+        from reference.session import Session
+
+        return Session(model)
+
+    def cancel_token(self) -> Any:
+        from reference.cancel import CancelToken
+
+        return CancelToken
+
+    def prefill(self, model: Any, state: Any, prompt: Any, **kw: Any) -> Any:
+        from reference.prefill import Prefill
+
+        return Prefill.open(model, state, prompt, **kw)
+
+    def lane_host(self, model: Any, **kw: Any) -> Any:
+        from reference.lanes import LaneHost
+
+        return LaneHost(model, **kw)
+
+
+@cache
+def _load_tiny(weights: str) -> Any:
+    from reference.model import load_model
+    from reference.tiny import tiny_model
+
+    return load_model(tiny_model(seed=0), weights=weights)
