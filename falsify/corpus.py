@@ -1,0 +1,308 @@
+"""Contracts and mutants as validated data: load every file, collect every problem, then report.
+
+Data flows one way: YAML file -> located document -> schema check -> typed records -> cross-file checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from falsify.errors import ContractError, FormulaError, Problem
+from falsify.formula import Formula, parse
+from falsify.project import find_project, schema_path
+from falsify.yamlfile import Located, format_path, load_yaml
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    id: str
+    contract: str
+    claim: str
+    formula: Formula
+    domain: dict[str, Any]
+    if_fails: str
+    mutants: tuple[str, ...]
+    file: str
+    line: int
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        return tuple(self.domain)
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    name: str
+    formula: Formula
+    per: str
+    unit: str
+    checked_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    id: str
+    version: str
+    title: str
+    file: str
+    sha256: str
+    requires: tuple[str, ...]
+    observables: dict[str, dict[str, Any]]
+    predictions: tuple[Prediction, ...]
+    costs: tuple[Cost, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Mutant:
+    id: str
+    description: str
+    file: str
+    function: str
+    op: str
+    statement: str
+    anchor: str | None
+    where: str | None
+    replacement: str | None
+    kills: tuple[str, ...]
+    path: str
+    line: int
+
+
+@dataclass(slots=True)
+class Corpus:
+    contracts: list[Contract] = field(default_factory=list)
+    mutants: list[Mutant] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    files: int = 0
+
+    @property
+    def predictions(self) -> dict[str, Prediction]:
+        return {p.id: p for c in self.contracts for p in c.predictions}
+
+    def contract_of(self, prediction_id: str) -> Contract:
+        for contract in self.contracts:
+            if any(p.id == prediction_id for p in contract.predictions):
+                return contract
+        raise KeyError(prediction_id)
+
+
+@cache
+def _validator(name: str) -> jsonschema.protocols.Validator:
+    path = schema_path(name)
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def discover(paths: Iterable[Path]) -> list[Path]:
+    """YAML files named by `paths`: files as given, directories searched recursively (skipping `schema/`)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found.extend(
+                p for p in sorted(path.rglob("*")) if p.suffix in YAML_SUFFIXES and "schema" not in p.relative_to(path).parts
+            )
+        elif path.exists():
+            found.append(path)
+        else:
+            raise ContractError(Problem(str(path), 0, "", "no such file or directory", "io"))
+    return found
+
+
+def load_corpus(paths: Iterable[Path], mutant_universe: Path | None = None) -> Corpus:
+    """Load and lint every contract and mutant under `paths`; never raises for bad content, collects problems.
+
+    `mutant_universe`: where referenced mutant ids are looked up when no mutant file was given.
+    """
+    corpus = Corpus()
+    located: list[Located] = []
+    for path in discover(paths):
+        corpus.files += 1
+        try:
+            located.append(load_yaml(path, display=_display(path)))
+        except ContractError as exc:
+            corpus.problems.extend(exc.problems)
+    for doc in located:
+        if isinstance(doc.data, dict) and "contract" not in doc.data and ("kills" in doc.data or "op" in doc.data):
+            mutant = _mutant(doc, corpus.problems)
+            if mutant:
+                corpus.mutants.append(mutant)
+        else:
+            contract = _contract(doc, corpus.problems)
+            if contract:
+                corpus.contracts.append(contract)
+    _cross_check(corpus, mutant_universe)
+    return corpus
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _schema_problems(doc: Located, schema: str) -> list[Problem]:
+    problems = []
+    for error in sorted(_validator(schema).iter_errors(doc.data), key=lambda e: list(map(str, e.absolute_path))):
+        path = tuple(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = error.schema.get("properties", {})
+            extras = [k for k in error.instance if k not in allowed]
+            for key in extras:
+                problems.append(
+                    Problem(doc.file, doc.line((*path, key)), format_path((*path, key)),
+                            f"unknown key {key!r}" + (f" (allowed: {', '.join(allowed)})" if allowed else ""),
+                            "additionalProperties")
+                )
+            if extras:
+                continue
+        schema_where = "".join(f"[{p!r}]" for p in error.relative_schema_path)
+        problems.append(
+            Problem(doc.file, doc.line(path), format_path(path), f"{error.message} (schema{schema_where})",
+                    str(error.validator))
+        )
+    return problems
+
+
+def _formula(doc: Located, path: tuple[Any, ...], source: str, declared: set[str], what: str,
+             problems: list[Problem]) -> Formula | None:
+    try:
+        formula = parse(source)
+    except FormulaError as exc:
+        problems.append(Problem(doc.file, doc.line(path), format_path(path), str(exc), "formula-syntax"))
+        return None
+    unknown = [n for n in formula.names if n not in declared]
+    if unknown:
+        problems.append(
+            Problem(doc.file, doc.line(path), format_path(path),
+                    f"{', '.join(map(repr, unknown))} not declared; {what}: {', '.join(sorted(declared)) or 'none'}",
+                    "formula-name")
+        )
+        return None
+    return formula
+
+
+def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
+    found = _schema_problems(doc, "contract-v1")
+    problems.extend(found)
+    if found:
+        return None
+    data = doc.data
+    stem = Path(doc.file).stem
+    if data["contract"] != stem:
+        problems.append(Problem(doc.file, doc.line(("contract",)), "contract",
+                                f"contract id {data['contract']!r} must equal the file stem {stem!r}", "contract-id"))
+    observables: dict[str, dict[str, Any]] = data["observables"]
+    predictions = []
+    ok = True
+    for i, p in enumerate(data["predictions"]):
+        domain = p.get("domain") or {}
+        for name in domain:
+            if name in observables:
+                problems.append(Problem(doc.file, doc.line(("predictions", i, "domain", name)),
+                                        format_path(("predictions", i, "domain", name)),
+                                        f"parameter {name!r} shadows an observable of the same name", "domain-shadow"))
+                ok = False
+        formula = _formula(doc, ("predictions", i, "formula"), p["formula"], set(observables) | set(domain),
+                           "declared observables and parameters", problems)
+        if formula is None:
+            ok = False
+            continue
+        predictions.append(Prediction(p["id"], data["contract"], p["claim"], formula, domain, p["if_fails"],
+                                      tuple(p.get("mutants", ())), doc.file, doc.line(("predictions", i))))
+    ids = {p["id"] for p in data["predictions"]}
+    costs = []
+    for i, c in enumerate(data.get("costs", [])):
+        formula = _formula(doc, ("costs", i, "formula"), c["formula"], set(observables), "declared observables",
+                           problems)
+        if c["checked_by"] not in ids:
+            problems.append(Problem(doc.file, doc.line(("costs", i, "checked_by")), format_path(("costs", i, "checked_by")),
+                                    f"{c['checked_by']} is not a prediction of this contract", "cost-ref"))
+            ok = False
+        if formula is None:
+            ok = False
+            continue
+        costs.append(Cost(c["name"], formula, c["per"], c.get("unit", ""), c["checked_by"]))
+    if not ok:
+        return None
+    return Contract(data["contract"], data["version"], data["title"], doc.file,
+                    hashlib.sha256(Path(doc.file).read_bytes()).hexdigest(), tuple(data.get("requires", ())),
+                    observables, tuple(predictions), tuple(costs))
+
+
+def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
+    found = _schema_problems(doc, "mutant-v1")
+    problems.extend(found)
+    if found:
+        return None
+    d = doc.data
+    stem = Path(doc.file).stem
+    if d["id"] != stem:
+        problems.append(Problem(doc.file, doc.line(("id",)), "id", f"mutant id {d['id']!r} must equal the file stem "
+                                f"{stem!r}", "mutant-id"))
+        return None
+    root = find_project().root
+    if not (root / d["file"]).is_file():
+        problems.append(Problem(doc.file, doc.line(("file",)), "file", f"{d['file']} does not exist under {root}",
+                                "mutant-file"))
+    return Mutant(d["id"], d["description"], d["file"], d["function"], d["op"], d["statement"], d.get("anchor"),
+                  d.get("where"), d.get("replacement"), tuple(d["kills"]), doc.file, 1)
+
+
+def _cross_check(corpus: Corpus, mutant_universe: Path | None) -> None:
+    problems = corpus.problems
+    seen: dict[str, Prediction] = {}
+    contracts_seen: dict[str, Contract] = {}
+    for contract in corpus.contracts:
+        if contract.id in contracts_seen:
+            problems.append(Problem(contract.file, 1, "contract", f"contract id {contract.id} also defined in "
+                                    f"{contracts_seen[contract.id].file}", "duplicate-id"))
+        contracts_seen[contract.id] = contract
+        for p in contract.predictions:
+            if p.id in seen:
+                problems.append(Problem(p.file, p.line, "", f"prediction id {p.id} also defined in "
+                                        f"{seen[p.id].file}:{seen[p.id].line}", "duplicate-id"))
+            else:
+                seen[p.id] = p
+    mutants = {m.id: m for m in corpus.mutants}
+    if mutants:
+        known = set(mutants)
+    else:
+        universe = mutant_universe or find_project().mutants
+        known = {p.stem for p in universe.glob("*.y*ml")} if universe.is_dir() else set()
+    for p in seen.values():
+        for m in p.mutants:
+            if m not in known:
+                problems.append(Problem(p.file, p.line, p.id, f"mutant {m!r} has no file mutants/{m}.yaml",
+                                        "mutant-ref"))
+            elif m in mutants and p.id not in mutants[m].kills:
+                problems.append(Problem(p.file, p.line, p.id, f"lists mutant {m!r}, whose `kills` does not name "
+                                        f"{p.id}", "mutant-kills"))
+    if corpus.contracts:
+        for m in corpus.mutants:
+            for pid in m.kills:
+                if pid not in seen:
+                    problems.append(Problem(m.path, m.line, "kills", f"{pid} is not a prediction of any contract",
+                                            "mutant-kills"))
+                elif m.id not in seen[pid].mutants:
+                    problems.append(Problem(m.path, m.line, "kills", f"{pid} does not list this mutant in its "
+                                            "`mutants`", "mutant-kills"))
+
+
+@cache
+def project_corpus(contracts_dir: str | None = None) -> Corpus:
+    """The project's contracts (cached): what falsify.check and the pytest plugin read."""
+    directory = Path(contracts_dir) if contracts_dir else find_project().contracts
+    return load_corpus([directory])

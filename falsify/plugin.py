@@ -1,0 +1,275 @@
+"""The pytest plugin: the `falsifies` marker, both-way binding of predictions to tests, the `engine` fixture,
+hypothesis profiles, and a results file the gate reads.
+
+Loaded through the `pytest11` entry point. It stays passive in a project with no contracts directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from falsify import checks as check_module
+from falsify.checks import Observation
+from falsify.corpus import Corpus, project_corpus
+from falsify.engines import EngineError, load_engine
+from falsify.project import find_project
+
+NOT_APPLICABLE = "NOT APPLICABLE: "
+
+
+def _register_hypothesis_profiles() -> None:
+    try:
+        from hypothesis import HealthCheck, Phase, settings
+    except ImportError:  # hypothesis is a dependency, but the plugin must not break a project without it
+        return
+    quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    settings.register_profile("dev", deadline=None)
+    # CI: same examples every run, nothing remembered between runs, failures printed as a reproduction blob.
+    settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True,
+                              suppress_health_check=quiet)
+    settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=quiet)
+    # Mutation runs only need the first counterexample, fast: no shrinking, no database, fixed seed.
+    settings.register_profile("mutation", derandomize=True, database=None, deadline=None, max_examples=25,
+                              phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=quiet)
+
+
+_register_hypothesis_profiles()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("falsify")
+    group.addoption("--falsify-contracts", help="contracts directory (default: ini falsify_contracts / [tool.falsify])")
+    group.addoption("--falsify-strict", action="store_true",
+                    help="fail the session unless every prediction is bound to a collected test")
+    group.addoption("--falsify-only", action="store_true", help="run only falsifiers (tests marked `falsifies`)")
+    group.addoption("--falsify-results", help="write per-test outcomes and observations as JSON to this file")
+    group.addoption("--falsify-no-skip", action="store_true",
+                    help="fail the session if any test was skipped (oracle envs: a missing oracle is a failure)")
+    group.addoption("--engine", default=os.environ.get("FALSIFY_ENGINE", "reference"),
+                    help="engine under test: reference (default), hf, or module:factory")
+    parser.addini("falsify_contracts", "contracts directory, relative to the rootdir", default="")
+
+
+class FalsifyPlugin:
+    def __init__(self, config: pytest.Config, contracts: Path):
+        self.config = config
+        self.contracts = contracts
+        self.corpus: Corpus | None = None
+        self._engine: Any = None
+        self.results: dict[str, dict[str, Any]] = {}
+        self.collected: list[dict[str, Any]] = []
+        self.binding_problems: list[str] = []
+
+    def load(self) -> Corpus:
+        if self.corpus is None:
+            self.corpus = project_corpus(str(self.contracts))
+            if self.corpus.problems:
+                listing = "\n".join(f"  {p}" for p in self.corpus.problems)
+                raise pytest.UsageError(f"falsify: contracts in {self.contracts} do not lint:\n{listing}")
+        return self.corpus
+
+    def engine(self) -> Any:
+        if self._engine is None:
+            try:
+                self._engine = load_engine(self.config.getoption("engine"))
+            except EngineError as exc:
+                raise pytest.UsageError(f"falsify: {exc}") from None
+        return self._engine
+
+    # -- binding ---------------------------------------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        corpus = self.load()
+        predictions = corpus.predictions
+        bound: dict[str, list[str]] = {pid: [] for pid in predictions}
+        problems = []
+        for item in items:
+            ids = marked_ids(item)
+            if not ids:
+                continue
+            self.collected.append({"nodeid": item.nodeid, "predictions": ids})
+            for pid in ids:
+                if pid in bound:
+                    bound[pid].append(item.nodeid)
+                else:
+                    problems.append(f"{item.nodeid}: marker names {pid!r}, which no contract in {self.contracts} "
+                                    "defines")
+        if config.getoption("falsify_strict"):
+            for pid, tests in bound.items():
+                if not tests:
+                    p = predictions[pid]
+                    problems.append(f"{pid} ({p.file}:{p.line}) is bound to no collected test")
+        self.binding_problems = problems
+        if problems:
+            self._write_results()
+            listing = "\n".join(f"  {line}" for line in problems)
+            raise pytest.UsageError(f"falsify: {len(problems)} binding problem(s):\n{listing}")
+        if config.getoption("falsify_only"):
+            keep = [i for i in items if marked_ids(i)]
+            deselected = [i for i in items if not marked_ids(i)]
+            if deselected:
+                config.hook.pytest_deselected(items=deselected)
+            items[:] = keep
+
+    # -- applicability and recording -------------------------------------------------------------------------
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        ids = marked_ids(item)
+        if not ids:
+            return
+        corpus = self.load()
+        engine = self.engine()
+        for pid in ids:
+            for capability in corpus.contract_of(pid).requires:
+                reason = engine.supports(capability)
+                if reason:
+                    pytest.skip(f"{NOT_APPLICABLE}{pid} needs {capability!r}: {reason}")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        ids = marked_ids(item)
+        observations: list[Observation] = []
+        record = self.results.setdefault(item.nodeid, _new_record(ids))
+        record["predictions"] = ids
+        previous = check_module.recorder
+        check_module.recorder = observations.append
+        try:
+            yield
+        except BaseException as exc:
+            record["exception"] = type(exc).__name__
+            record["assertion"] = isinstance(exc, AssertionError | pytest.fail.Exception)
+            raise
+        finally:
+            check_module.recorder = previous
+            record["observations"] = _summarise(observations)
+        unchecked = [pid for pid in ids if pid not in record["observations"]]
+        if unchecked:
+            record["exception"] = "BindingError"
+            names = ", ".join(unchecked)
+            raise AssertionError(f"bound to {names} but never called falsify.check for it: a bound test that "
+                                 "checks nothing is a defect")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        ids = [pid for c in self.collected if c["nodeid"] == report.nodeid for pid in c["predictions"]]
+        record = self.results.setdefault(report.nodeid, _new_record(ids))
+        record["duration"] += report.duration
+        if report.skipped:
+            record["outcome"] = "skipped"
+            if isinstance(report.longrepr, tuple):
+                record["message"] = report.longrepr[2]
+        elif report.failed:
+            # FAIL is a falsified claim (an assertion); anything else raised is an ERROR of the test itself.
+            record["outcome"] = "failed" if report.when == "call" and record.get("assertion", True) else "error"
+            crash = getattr(report.longrepr, "reprcrash", None)
+            record["message"] = (crash.message if crash else report.longreprtext.strip().split("\n")[-1])[:1000]
+            record["where"] = report.when
+        elif report.when == "call" and record["outcome"] == "not run":
+            record["outcome"] = "passed"
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.config.getoption("falsify_no_skip"):
+            skipped = [nid for nid, r in self.results.items() if r["outcome"] == "skipped"]
+            if skipped:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+                tr = self.config.pluginmanager.get_plugin("terminalreporter")
+                if tr is not None:
+                    tr.write_line(f"falsify: --falsify-no-skip: {len(skipped)} test(s) skipped, failing the run",
+                                  red=True)
+        self._write_results()
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        corpus = self.load()
+        return (f"falsify: {len(corpus.contracts)} contracts, {len(corpus.predictions)} predictions in "
+                f"{self.contracts}; engine {config.getoption('engine')}")
+
+    def _write_results(self) -> None:
+        path = self.config.getoption("falsify_results")
+        if not path:
+            return
+        payload = {
+            "engine": self.config.getoption("engine"),
+            "contracts": str(self.contracts),
+            "collected": self.collected,
+            "binding_problems": self.binding_problems,
+            "tests": self.results,
+        }
+        Path(path).write_text(json.dumps(payload, indent=1, sort_keys=True, default=repr), encoding="utf-8")
+
+
+def marked_ids(item: pytest.Item) -> list[str]:
+    ids: list[str] = []
+    for mark in item.iter_markers("falsifies"):
+        for pid in mark.args:
+            if pid not in ids:
+                ids.append(pid)
+    return ids
+
+
+def _new_record(ids: list[str]) -> dict[str, Any]:
+    return {"predictions": ids, "outcome": "not run", "duration": 0.0, "message": "", "observations": {}}
+
+
+def _clip(value: Any, limit: int = 16) -> Any:
+    if isinstance(value, list) and len(value) > limit:
+        return [*value[:limit], f"... {len(value) - limit} more"]
+    return value
+
+
+def _summarise(observations: list[Observation]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for ob in observations:
+        entry = out.setdefault(ob.prediction_id, {"checks": 0, "held": 0, "failed_values": None, "last_values": None})
+        entry["checks"] += 1
+        entry["held"] += int(ob.held)
+        values = {k: _clip(v) for k, v in ob.values.items()}
+        entry["last_values"] = values
+        if not ob.held and entry["failed_values"] is None:
+            entry["failed_values"] = values
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "falsifies(*ids): this test falsifies the named contract predictions")
+    config.addinivalue_line("markers", "oracle: needs an external oracle package (tox -e oracle)")
+    if os.environ.get("HYPOTHESIS_PROFILE") or os.environ.get("CI"):
+        try:
+            from hypothesis import settings
+        except ImportError:
+            pass
+        else:
+            if not config.getoption("hypothesis_profile", None):
+                settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
+    contracts = _contracts_dir(config)
+    if contracts is None:
+        return
+    check_module.contracts_dir = contracts
+    config.pluginmanager.register(FalsifyPlugin(config, contracts), "falsify-core")
+
+
+def _contracts_dir(config: pytest.Config) -> Path | None:
+    option = config.getoption("falsify_contracts")
+    if option:
+        return Path(option).resolve()
+    ini = config.getini("falsify_contracts")
+    if ini:
+        candidate = Path(config.rootpath, ini)
+        return candidate if candidate.is_dir() else None
+    project = find_project(config.rootpath)
+    return project.contracts if project.contracts.is_dir() and project.root == config.rootpath else None
+
+
+@pytest.fixture(scope="session")
+def engine(request: pytest.FixtureRequest) -> Any:
+    """The engine under test: `--engine NAME` (default: the reference engine)."""
+    plugin = request.config.pluginmanager.get_plugin("falsify-core")
+    if plugin is None:
+        try:
+            return load_engine(request.config.getoption("engine"))
+        except EngineError as exc:
+            raise pytest.UsageError(f"falsify: {exc}") from None
+    return plugin.engine()
