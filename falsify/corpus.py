@@ -143,6 +143,7 @@ def load_corpus(paths: Iterable[Path], mutant_universe: Path | None = None) -> C
             if contract:
                 corpus.contracts.append(contract)
     _cross_check(corpus, mutant_universe)
+    corpus.problems.sort(key=lambda p: (p.file, p.line))
     return corpus
 
 

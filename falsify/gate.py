@@ -1,0 +1,102 @@
+"""`falsify gate`: lint, run the bound falsifiers with pytest, one row per prediction, a verdict with denominators."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+
+from falsify.corpus import Corpus, load_corpus
+from falsify.lint import EXIT_EMPTY
+from falsify.project import Project
+from falsify.results import Outcome, PredictionResult, load_results, per_prediction
+from falsify.table import table
+
+
+def run_pytest(project: Project, results: Path, args: list[str], *, engine: str, junit: Path | None = None,
+               collect_only: bool = False, quiet: bool = False, env: dict[str, str] | None = None,
+               timeout: float | None = None) -> int:
+    cmd = [sys.executable, "-m", "pytest", str(project.tests), "--falsify-strict", "--falsify-only",
+           "--falsify-contracts", str(project.contracts), "--falsify-results", str(results), "--engine", engine,
+           "-p", "no:cacheprovider", "-q"]
+    if junit:
+        cmd += ["--junitxml", str(junit)]
+    if collect_only:
+        cmd.append("--collect-only")
+    cmd += args
+    out = subprocess.DEVNULL if quiet else None
+    proc = subprocess.run(cmd, cwd=project.root, stdout=out, stderr=out, env=env or os.environ.copy(),
+                          timeout=timeout, check=False)
+    return proc.returncode
+
+
+def lint_project(project: Project) -> tuple[Corpus, list[str]]:
+    paths = [project.contracts] + ([project.mutants] if project.mutants.is_dir() else [])
+    corpus = load_corpus(paths)
+    return corpus, [str(p) for p in corpus.problems]
+
+
+def gate(project: Project, *, engine: str, out: Path, pytest_args: list[str]) -> int:
+    corpus, problems = lint_project(project)
+    if not corpus.contracts and not problems:
+        print(f"gate: NO-GO — no contract found in {project.contracts} (an empty corpus is never a pass)")
+        return EXIT_EMPTY
+    if problems:
+        print("\n".join(problems))
+        print(f"gate: NO-GO — lint found {len(problems)} error(s) in {corpus.files} files; no falsifier was run")
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    results_path, junit = out / "results.json", out / "junit.xml"
+    results_path.unlink(missing_ok=True)
+    n_pred = sum(len(c.predictions) for c in corpus.contracts)
+    print(f"gate: running the falsifiers of {len(corpus.contracts)} contracts, {n_pred} predictions on engine "
+          f"{engine!r}", flush=True)
+    code = run_pytest(project, results_path, pytest_args, engine=engine, junit=junit)
+    if not results_path.is_file():
+        print(f"gate: NO-GO — pytest exited {code} before any result was written (see its output above)")
+        return 1
+    results = load_results(results_path)
+    if results.get("binding_problems"):
+        print("\n".join(results["binding_problems"]))
+        print(f"gate: NO-GO — {len(results['binding_problems'])} binding problem(s); no falsifier was run")
+        return 1
+    rows = per_prediction(corpus, results)
+    print()
+    print(render(rows))
+    summary, ok = verdict(corpus, rows, results, engine)
+    (out / "gate.json").write_text(json.dumps({"verdict": summary, "ok": ok, "engine": engine, "pytest_exit": code,
+                                               "predictions": [asdict(r) for r in rows]}, indent=1, default=str),
+                                   encoding="utf-8")
+    print(summary)
+    print(f"gate: JUnit XML in {junit}, results in {results_path}")
+    return 0 if ok and code == 0 else 1
+
+
+def render(rows: list[PredictionResult]) -> str:
+    return table(
+        ["prediction", "contract", "outcome", "tests", "checks", "time", "detail"],
+        [[r.id, r.contract, str(r.outcome), str(len(r.tests)), str(r.checks), f"{r.seconds:.2f}s",
+          _one_line(r.detail)] for r in rows],
+    )
+
+
+def _one_line(text: str, limit: int = 90) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def verdict(corpus: Corpus, rows: list[PredictionResult], results: dict[str, object], engine: str) -> tuple[str, bool]:
+    counts = Counter(r.outcome for r in rows)
+    tests = results.get("tests", {})
+    assert isinstance(tests, dict)
+    ran = sum(1 for t in tests.values() if t.get("outcome") in ("passed", "failed", "error"))
+    ok = (counts[Outcome.PASS] > 0 and not counts[Outcome.FAIL] and not counts[Outcome.ERROR]
+          and not counts[Outcome.NOT_RUN])
+    parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in Outcome)
+    word = "PASS" if ok else "FAIL"
+    return (f"gate: {word} — {len(corpus.contracts)} contracts, {len(rows)} predictions ({parts}), "
+            f"{ran} tests run of {len(tests)}, engine {engine}"), ok

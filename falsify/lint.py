@@ -1,0 +1,81 @@
+"""`falsify lint`: every problem in every file, reported at once, with a verdict that states its denominator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from falsify.corpus import Corpus, load_corpus
+from falsify.errors import ContractError, Problem
+
+EXIT_CLEAN, EXIT_ERRORS, EXIT_EMPTY = 0, 1, 2
+FORMATS = ("text", "json", "sarif", "github")
+
+
+def lint(paths: list[Path]) -> tuple[Corpus, int]:
+    try:
+        corpus = load_corpus(paths)
+    except ContractError as exc:  # a path that does not exist
+        corpus = Corpus(problems=list(exc.problems))
+        return corpus, EXIT_ERRORS
+    if corpus.files == 0:
+        return corpus, EXIT_EMPTY
+    return corpus, EXIT_ERRORS if corpus.problems else EXIT_CLEAN
+
+
+def verdict(corpus: Corpus, paths: list[Path]) -> str:
+    if corpus.files == 0 and not corpus.problems:
+        return f"lint: no contract found in {', '.join(map(str, paths))} (an empty corpus is never a pass)"
+    predictions = sum(len(c.predictions) for c in corpus.contracts)
+    mutants = f", {len(corpus.mutants)} mutants" if corpus.mutants else ""
+    n = len(corpus.problems)
+    return (f"lint: {corpus.files} files, {len(corpus.contracts)} contracts, {predictions} predictions{mutants}, "
+            f"{n} error{'s' if n != 1 else ''}")
+
+
+def render(corpus: Corpus, paths: list[Path], fmt: str) -> str:
+    problems = corpus.problems
+    if fmt == "json":
+        return json.dumps(
+            {"verdict": verdict(corpus, paths), "files": corpus.files, "contracts": len(corpus.contracts),
+             "predictions": sum(len(c.predictions) for c in corpus.contracts), "mutants": len(corpus.mutants),
+             "errors": [_as_dict(p) for p in problems]},
+            indent=2,
+        )
+    if fmt == "sarif":
+        return json.dumps(_sarif(problems), indent=2)
+    if fmt == "github":
+        lines = [f"::error file={p.file},line={p.line},title={p.rule}::{_gh_escape(_text(p))}" for p in problems]
+        return "\n".join([*lines, verdict(corpus, paths)])
+    return "\n".join([*(str(p) for p in problems), verdict(corpus, paths)])
+
+
+def _text(p: Problem) -> str:
+    return f"{p.path}: {p.message}" if p.path else p.message
+
+
+def _as_dict(p: Problem) -> dict[str, object]:
+    return {"file": p.file, "line": p.line, "path": p.path, "message": p.message, "rule": p.rule}
+
+
+def _gh_escape(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _sarif(problems: list[Problem]) -> dict[str, object]:
+    rules = sorted({p.rule for p in problems})
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "falsify", "informationUri": "https://falsify.dev",
+                                "rules": [{"id": r, "shortDescription": {"text": r}} for r in rules]}},
+            "results": [{
+                "ruleId": p.rule,
+                "level": "error",
+                "message": {"text": _text(p)},
+                "locations": [{"physicalLocation": {"artifactLocation": {"uri": p.file},
+                                                    "region": {"startLine": max(p.line, 1)}}}],
+            } for p in problems],
+        }],
+    }

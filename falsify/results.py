@@ -1,0 +1,100 @@
+"""From the plugin's per-test results to one verdict per prediction: shared by gate, mutants and evidence."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from falsify.corpus import Corpus
+from falsify.plugin import NOT_APPLICABLE
+
+
+class Outcome(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    NOT_RUN = "NOT RUN"
+    NOT_APPLICABLE = "NOT APPLICABLE"
+
+
+# When a prediction's tests disagree, the worst outcome wins, in this order.
+_SEVERITY = [Outcome.FAIL, Outcome.ERROR, Outcome.PASS, Outcome.NOT_APPLICABLE, Outcome.NOT_RUN]
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionResult:
+    id: str
+    contract: str
+    outcome: Outcome
+    tests: tuple[str, ...]
+    failing_tests: tuple[str, ...]
+    seconds: float
+    checks: int
+    detail: str  # why, for anything but PASS: the failure message, the skip reason
+    values: dict[str, Any] | None  # the observed values of a failing check, else of the last check
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionResult]:
+    tests: dict[str, dict[str, Any]] = results.get("tests", {})
+    out = []
+    for contract in corpus.contracts:
+        for p in contract.predictions:
+            bound = [nid for nid, r in tests.items() if p.id in r.get("predictions", [])]
+            seen: list[tuple[Outcome, str, str, dict[str, Any] | None]] = []
+            checks = 0
+            seconds = 0.0
+            for nid in bound:
+                r = tests[nid]
+                ob = r.get("observations", {}).get(p.id)
+                checks += ob["checks"] if ob else 0
+                seconds += r.get("duration", 0.0)
+                seen.append((*_test_outcome(p.id, r, ob), nid, _values(ob)))
+            if not seen:
+                result = (Outcome.NOT_RUN, "no bound test ran", "", None)
+            else:
+                result = min(seen, key=lambda s: _SEVERITY.index(s[0]))
+            outcome, detail, _, values = result
+            failing = tuple(nid for o, _, nid, _ in seen if o in (Outcome.FAIL, Outcome.ERROR))
+            out.append(PredictionResult(p.id, contract.id, outcome, tuple(bound), failing, seconds, checks,
+                                        "" if outcome is Outcome.PASS else detail, values))
+    return out
+
+
+def _values(ob: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not ob:
+        return None
+    return ob.get("failed_values") or ob.get("last_values")
+
+
+def _test_outcome(pid: str, r: dict[str, Any], ob: dict[str, Any] | None) -> tuple[Outcome, str]:
+    outcome = r.get("outcome", "not run")
+    message = r.get("message", "")
+    if ob and ob["held"] < ob["checks"]:
+        return Outcome.FAIL, message
+    if outcome == "error":
+        return Outcome.ERROR, message
+    if outcome == "failed":
+        # The test failed before or after this prediction's checks. If the prediction held at least once in
+        # this test and another prediction was the one violated, it did not fail here.
+        if ob and ob["held"] and r.get("exception") == "ContractViolation" and pid not in message:
+            return Outcome.PASS, ""
+        if not ob and r.get("exception") == "ContractViolation":
+            return Outcome.NOT_RUN, f"not reached: the test stopped at another prediction ({message})"
+        return Outcome.FAIL, message
+    if outcome == "skipped":
+        if message.startswith("Skipped: "):
+            message = message[len("Skipped: "):]
+        if message.startswith(NOT_APPLICABLE):
+            return Outcome.NOT_APPLICABLE, message[len(NOT_APPLICABLE):]
+        return Outcome.NOT_RUN, f"skipped: {message}"
+    if outcome == "passed":
+        return (Outcome.PASS, "") if ob else (Outcome.NOT_RUN, "passed without checking it")
+    return Outcome.NOT_RUN, "not run"
