@@ -1,0 +1,70 @@
+"""Gated full attention of Qwen3.5 (transformers' Qwen3_5Attention) in numpy, over a paged KV cache.
+
+q_proj gives a query and an output gate per head; q_norm/k_norm are (1 + w) RMSNorms over head_dim; RoPE rotates
+only the first head_dim · partial_rotary_factor dims (rotate_half layout); GQA, causal softmax in float32; the
+output is multiplied by sigmoid(gate) before o_proj.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference.config import Config
+from reference.gdn import sigmoid
+from reference.state import StreamState
+from reference.weights import AttentionWeights
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:  # [..., d], [d] -> [..., d]
+    """Qwen3_5RMSNorm: zero-centred weight, x · rsqrt(mean x² + eps) · (1 + w)."""
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps)) * (np.float32(1) + weight)
+
+
+def rope_cos_sin(positions: np.ndarray, rotary_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin: [T, rotary_dim], frequencies repeated twice (rotate_half layout), float32 as HF computes them."""
+    inv_freq = np.float32(1) / np.float32(theta) ** (np.arange(0, rotary_dim, 2, dtype=np.float32) / rotary_dim)
+    freqs = positions.astype(np.float32)[:, None] * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb), np.sin(emb)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:  # [T, H, hd], [T, r] -> [T, H, hd]
+    r = cos.shape[-1]
+    rot, rest = x[..., :r], x[..., r:]
+    half = r // 2
+    rotated = np.concatenate([-rot[..., half:], rot[..., :half]], axis=-1)  # rotate_half
+    out = rot * cos[:, None, :] + rotated * sin[:, None, :]
+    return np.concatenate([out, rest], axis=-1)
+
+
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) -> np.ndarray:
+    """q: [T, nh, hd] at positions start .. start+T-1; k, v: [start+T, nkv, hd] -> [T, nh, hd]."""
+    T, nh, hd = q.shape
+    nkv = k.shape[1]
+    qg = q.reshape(T, nkv, nh // nkv, hd).transpose(1, 2, 0, 3)  # [nkv, rep, T, hd]: head h uses kv head h // rep
+    scores = (qg @ k.transpose(1, 2, 0)[:, None]) * np.float32(hd ** -0.5)  # [nkv, rep, T, S]
+    visible = np.arange(k.shape[0])[None, :] <= (start + np.arange(T))[:, None]  # [T, S]
+    scores = np.where(visible, scores, -np.inf)
+    scores = np.exp(scores - scores.max(-1, keepdims=True))
+    probs = scores / scores.sum(-1, keepdims=True)
+    out = probs @ v.transpose(1, 0, 2)[:, None]  # [nkv, rep, T, hd]
+    return out.transpose(2, 0, 1, 3).reshape(T, nh, hd)
+
+
+def gated_attention(w: AttentionWeights, c: Config, x: np.ndarray, state: StreamState, slot: int) -> np.ndarray:
+    """One attention mixer over a chunk at positions state.pos ..; writes its K/V into the state's pages.
+
+    x: [T, hidden] -> [T, hidden]; `slot` is this layer's index among the attention layers.
+    """
+    T, nh, nkv, hd = len(x), c.num_attention_heads, c.num_key_value_heads, c.head_dim
+    qg = w.q_proj(x).reshape(T, nh, 2 * hd)
+    q, gate = qg[..., :hd], qg[..., hd:].reshape(T, nh * hd)
+    q = rms_norm(q, w.q_norm, c.rms_norm_eps)
+    k = rms_norm(w.k_proj(x).reshape(T, nkv, hd), w.k_norm, c.rms_norm_eps)
+    v = w.v_proj(x).reshape(T, nkv, hd)
+    cos, sin = rope_cos_sin(np.arange(state.pos, state.pos + T), c.rotary_dim, c.rope_theta)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    state.write_kv(slot, state.pos, k, v)
+    keys, values = state.read_kv(slot, state.pos + T)
+    out = causal_attention(q, keys, values, state.pos).reshape(T, nh * hd)
+    return w.o_proj(out * sigmoid(gate))

@@ -1,0 +1,149 @@
+"""Gated DeltaNet, the linear-attention mixer of Qwen3.5 (transformers' Qwen3_5GatedDeltaNet), in numpy.
+
+Per value head, with a recurrent state S: [dk, dv] kept in float32,
+
+    S ← S · exp(g_t)
+    S ← S + k_t ⊗ β_t (v_t − Sᵀ k_t)        (the delta rule: write only what S does not already predict)
+    o_t = Sᵀ q_t
+
+Two twins compute it: `naive_recurrent_gated_delta_rule` (token by token, the slow reference) and
+`chunk_gated_delta_rule` (the WY/UT form of flash-linear-attention and HF's torch_chunk_gated_delta_rule, which
+the model runs). The chunked form cuts the last chunk short instead of zero-padding it, so padding can never
+reach the state (HF transformers issue #46873 was padding leaking into the chunked state).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reference.config import Config
+from reference.weights import GDNWeights
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return (0.5 * (1.0 + np.tanh(0.5 * x))).astype(np.float32)  # tanh form never overflows
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x * sigmoid(x)
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(np.float32(0), x).astype(np.float32)
+
+
+def l2norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:  # [..., d] -> [..., d]
+    return x / np.sqrt((x * x).sum(-1, keepdims=True) + np.float32(eps))  # same as l2norm in modeling_qwen3_5
+
+
+def gdn_gate(A_log: np.ndarray, a: np.ndarray, dt_bias: np.ndarray) -> np.ndarray:  # [Hv], [T, Hv], [Hv] -> [T, Hv]
+    """Log-decay g = −exp(A_log) · softplus(a + dt_bias); the state is multiplied by exp(g) ∈ (0, 1]."""
+    return -np.exp(A_log) * softplus(a + dt_bias)
+
+
+def expand_heads(x: np.ndarray, n_heads: int) -> np.ndarray:  # [T, Hk, d] -> [T, Hv, d]
+    """Value head h reads key head h // (Hv / Hk), as torch.repeat_interleave(dim=2) in HF's kernels."""
+    return np.repeat(x, n_heads // x.shape[1], axis=1)
+
+
+def naive_recurrent_gated_delta_rule(q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
+    """q, k: [T, Hk, dk]; v: [T, Hv, dv]; g, beta: [T, Hv]; state: [Hv, dk, dv] -> o [T, Hv, dv], state.
+
+    q arrives normalised and scaled; the input state is not modified.
+    """
+    q, k, v, g, beta, S = (np.asarray(x, dtype=np.float32) for x in (q, k, v, g, beta, state))
+    n_v = v.shape[1]
+    q, k = expand_heads(q, n_v), expand_heads(k, n_v)
+    o = np.empty(v.shape, np.float32)
+    for t in range(len(v)):
+        S = S * np.exp(g[t])[:, None, None]
+        kv_mem = (k[t][:, None, :] @ S)[:, 0]  # Sᵀ k: [Hv, dv]
+        delta = beta[t][:, None] * (v[t] - kv_mem)
+        S = S + k[t][:, :, None] * delta[:, None, :]
+        o[t] = (q[t][:, None, :] @ S)[:, 0]
+    return o, S
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, state, chunk_size: int = 64):  # type: ignore[no-untyped-def]
+    """Same contract as naive_recurrent_gated_delta_rule, computed `chunk_size` tokens at a time.
+
+    Within a chunk of C tokens (per head, Γ_i = Σ_{s≤i} g_s, D_ij = exp(Γ_i − Γ_j) for j ≤ i else 0):
+    T = I + strictly_lower((β k) kᵀ ∘ D) is unit lower triangular and
+    v_new = T⁻¹(β v) − T⁻¹(β k ∘ exp Γ) S;  o = (q ∘ exp Γ) S + (q kᵀ ∘ D) v_new;
+    S ← exp(Γ_C) S + (k ∘ exp(Γ_C − Γ))ᵀ v_new.
+    """
+    q, k, v, g, beta, S = (np.asarray(x, dtype=np.float32) for x in (q, k, v, g, beta, state))
+    n_v = v.shape[1]
+    # heads first: [Hv, T, d]
+    q, k = (expand_heads(x, n_v).transpose(1, 0, 2) for x in (q, k))
+    v, g, beta = v.transpose(1, 0, 2), g.T, beta.T
+    o = np.empty(v.shape, np.float32)
+    for s in range(0, v.shape[1], chunk_size):
+        e = min(s + chunk_size, v.shape[1])  # the last chunk is cut short, never padded
+        o[:, s:e], S = _chunk(q[:, s:e], k[:, s:e], v[:, s:e], g[:, s:e], beta[:, s:e], S)
+    return o.transpose(1, 0, 2), S
+
+
+def _chunk(q, k, v, g, beta, S):  # type: ignore[no-untyped-def]
+    """One chunk, heads first: q, k: [H, C, dk]; v: [H, C, dv]; g, beta: [H, C]; S: [H, dk, dv]."""
+    C = v.shape[1]
+    gc = np.cumsum(g, axis=1)  # Γ: [H, C]
+    lower = np.tril(np.ones((C, C), dtype=bool))
+    # mask before exp: above the diagonal Γ_i − Γ_j > 0 could overflow
+    D = np.exp(np.where(lower, gc[:, :, None] - gc[:, None, :], -np.inf)).astype(np.float32)  # [H, C, C]
+    k_beta = k * beta[:, :, None]
+    T = np.tril((k_beta @ k.transpose(0, 2, 1)) * D, -1) + np.eye(C, dtype=np.float32)
+    rhs = np.concatenate([v * beta[:, :, None], k_beta * np.exp(gc)[:, :, None]], axis=2)
+    solved = np.linalg.solve(T, rhs).astype(np.float32)
+    u, w = solved[:, :, :v.shape[2]], solved[:, :, v.shape[2]:]
+    v_new = u - w @ S  # [H, C, dv]
+    o = (q * np.exp(gc)[:, :, None]) @ S + ((q @ k.transpose(0, 2, 1)) * D) @ v_new
+    decay_to_end = np.exp(gc[:, -1:] - gc)[:, :, None]  # [H, C, 1]
+    S = S * np.exp(gc[:, -1])[:, None, None] + (k * decay_to_end).transpose(0, 2, 1) @ v_new
+    return o, S
+
+
+def causal_conv1d(x: np.ndarray, conv_state: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depthwise causal conv, no bias. x: [T, D]; conv_state: [D, K] last K inputs; weight: [D, K] -> [T, D], state.
+
+    Same as causal_conv1d_update in modeling_qwen3_5: output t sees inputs t−K+1 .. t, older ones from the state.
+    """
+    K = weight.shape[1]
+    full = np.concatenate([conv_state.T, x], axis=0)  # [K + T, D]
+    T = len(x)
+    y = np.zeros((T, x.shape[1]), np.float32)
+    for j in range(K):
+        y += full[1 + j:1 + j + T] * weight[:, j]
+    return y, np.ascontiguousarray(full[-K:].T)
+
+
+def gated_rms_norm(x: np.ndarray, z: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """Qwen3_5RMSNormGated: RMSNorm over the last dim, weight used as is, times silu(z). [..., dv] -> [..., dv]."""
+    x = x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps))
+    return weight * x * silu(z)
+
+
+def gated_delta_net(w: GDNWeights, c: Config, x: np.ndarray, conv_state: np.ndarray,
+                    recurrent_state: np.ndarray, decays: list[np.ndarray] | None = None,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One GDN mixer over a chunk. x: [T, hidden] -> out [T, hidden], conv_state [D, K], recurrent [Hv, dk, dv].
+
+    `decays`, when given, receives this chunk's per-token decay exp(g): [T, Hv] (a probe for the contract).
+    """
+    T = len(x)
+    hk, dk, hv, dv = c.linear_num_key_heads, c.linear_key_head_dim, c.linear_num_value_heads, c.linear_value_head_dim
+    mixed, conv_state = causal_conv1d(w.in_proj_qkv(x), conv_state, w.conv1d)
+    mixed = silu(mixed)
+    q = mixed[:, :hk * dk].reshape(T, hk, dk)
+    k = mixed[:, hk * dk:2 * hk * dk].reshape(T, hk, dk)
+    v = mixed[:, 2 * hk * dk:].reshape(T, hv, dv)
+    q = l2norm(q) * np.float32(dk ** -0.5)
+    k = l2norm(k)
+    beta = sigmoid(w.in_proj_b(x))
+    g = gdn_gate(w.A_log, w.in_proj_a(x), w.dt_bias)
+    if decays is not None:
+        decays.append(np.exp(g))
+    o, recurrent_state = chunk_gated_delta_rule(q, k, v, g, beta, recurrent_state, chunk_size=c.chunk_size)
+    z = w.in_proj_z(x).reshape(T, hv, dv)
+    o = gated_rms_norm(o, z, w.norm, c.rms_norm_eps)
+    return w.out_proj(o.reshape(T, hv * dv)), conv_state, recurrent_state

@@ -1,0 +1,272 @@
+"""Weights of a Qwen3.5 text model, read from HF `*.safetensors` and checked tensor by tensor against the Config.
+
+Tensor names are transformers' (Qwen3_5ForCausalLM): `model.layers.{i}.linear_attn.in_proj_qkv.weight`, ...;
+the multimodal checkpoint prefix `model.language_model.` is accepted too. 2-D projections become Q4_K at load
+(weights="q4_k") when their input dim is a multiple of 256 (Q4_K's super-block), else stay float32; the
+embedding table, norms, conv kernel, A_log and dt_bias always stay float32. weights="f32" keeps every projection
+dense, which is what the HF oracle comparison uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from reference.config import Config
+
+PREFIXES = ("model.language_model.", "model.")
+IGNORED = ("mtp.", "model.visual.")  # HF ignores these too (_keys_to_ignore_on_load_unexpected)
+DTYPES = {"F32": np.float32, "F16": np.float16}
+QK_K = 256  # Q4_K super-block: a row is quantized in runs of 256 values
+
+
+class WeightsError(ValueError):
+    """A weights file the engine cannot load; the message names the file and tensor."""
+
+
+class Dense:
+    """y = x Wᵀ with W: f32[rows, cols]."""
+
+    kind = "f32"
+
+    def __init__(self, w: np.ndarray) -> None:
+        assert w.dtype == np.float32 and w.ndim == 2, (w.dtype, w.shape)
+        self.w = w
+        self.rows, self.cols = w.shape
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:  # [n, cols] -> [n, rows]
+        return x @ self.w.T
+
+    def dense(self) -> np.ndarray:
+        return self.w
+
+
+class Quantized:
+    """y = x Wᵀ with W stored as Q4_K rows (u8[rows, cols // 256 * 144])."""
+
+    kind = "q4_k"
+
+    def __init__(self, w: np.ndarray) -> None:
+        q4k = _q4k()
+        self.q = q4k.quantize(w)
+        self.rows, self.cols = w.shape
+        self._q4k = q4k
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:  # [n, cols] -> [n, rows]
+        return np.asarray(self._q4k.matmul(self.q, x), dtype=np.float32)
+
+    def dense(self) -> np.ndarray:
+        return np.asarray(self._q4k.dequantize(self.q), dtype=np.float32)
+
+
+Linear = Dense | Quantized
+
+
+@dataclass(slots=True)
+class GDNWeights:  # Qwen3_5GatedDeltaNet
+    in_proj_qkv: Linear  # [2 Hk dk + Hv dv, hidden]
+    in_proj_z: Linear  # [Hv dv, hidden]
+    in_proj_b: Linear  # [Hv, hidden]
+    in_proj_a: Linear  # [Hv, hidden]
+    conv1d: np.ndarray  # f32[conv_dim, K] (HF's [conv_dim, 1, K] squeezed)
+    dt_bias: np.ndarray  # f32[Hv]
+    A_log: np.ndarray  # f32[Hv]
+    norm: np.ndarray  # f32[dv], gated RMSNorm weight used as is
+    out_proj: Linear  # [hidden, Hv dv]
+
+
+@dataclass(slots=True)
+class AttentionWeights:  # Qwen3_5Attention
+    q_proj: Linear  # [n_heads * head_dim * 2, hidden]: per head, query then gate
+    k_proj: Linear  # [n_kv_heads * head_dim, hidden]
+    v_proj: Linear  # [n_kv_heads * head_dim, hidden]
+    o_proj: Linear  # [hidden, n_heads * head_dim]
+    q_norm: np.ndarray  # f32[head_dim], (1 + w) RMSNorm
+    k_norm: np.ndarray  # f32[head_dim]
+
+
+@dataclass(slots=True)
+class MLPWeights:  # Qwen3_5MLP
+    gate_proj: Linear  # [intermediate, hidden]
+    up_proj: Linear  # [intermediate, hidden]
+    down_proj: Linear  # [hidden, intermediate]
+
+
+@dataclass(slots=True)
+class LayerWeights:  # Qwen3_5DecoderLayer
+    input_layernorm: np.ndarray  # f32[hidden]
+    post_attention_layernorm: np.ndarray  # f32[hidden]
+    mixer: GDNWeights | AttentionWeights
+    mlp: MLPWeights
+
+
+@dataclass(slots=True)
+class Weights:
+    embed_tokens: np.ndarray  # f32[vocab, hidden]
+    layers: list[LayerWeights]
+    norm: np.ndarray  # f32[hidden]
+    lm_head: Linear  # [vocab, hidden]
+
+
+def expected_shapes(c: Config) -> dict[str, tuple[int, ...]]:
+    """Every tensor name (without prefix) the model needs, with its shape."""
+    h, kd = c.hidden_size, c.linear_num_key_heads * c.linear_key_head_dim
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (c.vocab_size, h), "norm.weight": (h,)}
+    for i, kind in enumerate(c.layer_types):
+        p = f"layers.{i}."
+        shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                   p + "mlp.gate_proj.weight": (c.intermediate_size, h),
+                   p + "mlp.up_proj.weight": (c.intermediate_size, h),
+                   p + "mlp.down_proj.weight": (h, c.intermediate_size)}
+        if kind == "linear_attention":
+            a, hv = p + "linear_attn.", c.linear_num_value_heads
+            shapes |= {a + "in_proj_qkv.weight": (2 * kd + c.value_dim, h), a + "in_proj_z.weight": (c.value_dim, h),
+                       a + "in_proj_b.weight": (hv, h), a + "in_proj_a.weight": (hv, h),
+                       a + "conv1d.weight": (c.conv_dim, 1, c.linear_conv_kernel_dim), a + "dt_bias": (hv,),
+                       a + "A_log": (hv,), a + "norm.weight": (c.linear_value_head_dim,),
+                       a + "out_proj.weight": (h, c.value_dim)}
+        else:
+            a, hd = p + "self_attn.", c.head_dim
+            shapes |= {a + "q_proj.weight": (c.num_attention_heads * hd * 2, h),
+                       a + "k_proj.weight": (c.num_key_value_heads * hd, h),
+                       a + "v_proj.weight": (c.num_key_value_heads * hd, h),
+                       a + "o_proj.weight": (h, c.num_attention_heads * hd),
+                       a + "q_norm.weight": (hd,), a + "k_norm.weight": (hd,)}
+    return shapes
+
+
+def read_tensors(path: Path, config: Config) -> dict[str, np.ndarray]:
+    """All tensors of the checkpoint at `path` (dir or file), names stripped of their prefix, as float32."""
+    from safetensors import SafetensorError, safe_open
+
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    if not files:
+        raise WeightsError(f"{path}: no *.safetensors file")
+    expected = expected_shapes(config)
+    tensors: dict[str, np.ndarray] = {}
+    for file in files:
+        try:
+            with safe_open(str(file), framework="numpy") as f:
+                for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                    name = _strip(key)
+                    if name is None:
+                        continue
+                    if not name:
+                        raise WeightsError(f"{file}: tensor {key!r} has none of the prefixes {PREFIXES}")
+                    if name in tensors:
+                        raise WeightsError(f"{file}: tensor {key!r} appears twice in the checkpoint")
+                    if name not in expected and name != "lm_head.weight":
+                        raise WeightsError(f"{file}: unexpected tensor {key!r} (not part of this config's model)")
+                    dtype = f.get_slice(key).get_dtype()
+                    if dtype not in DTYPES:
+                        raise WeightsError(f"{file}: tensor {key!r} has dtype {dtype}; supported: {sorted(DTYPES)}")
+                    tensors[name] = np.asarray(f.get_tensor(key), dtype=np.float32)
+        except SafetensorError as e:
+            raise WeightsError(f"{file}: not a readable safetensors file ({e})") from None
+        except OSError as e:
+            raise WeightsError(f"{file}: cannot read ({e})") from None
+    return tensors
+
+
+def load_weights(path: Path, config: Config, weights: str = "q4_k") -> Weights:
+    if weights not in ("q4_k", "f32"):
+        raise WeightsError(f"weights={weights!r}: expected 'q4_k' or 'f32'")
+    tensors = read_tensors(path, config)
+    expected = expected_shapes(config)
+    if not config.tie_word_embeddings:
+        expected["lm_head.weight"] = (config.vocab_size, config.hidden_size)
+    elif "lm_head.weight" in tensors:  # tied: HF ignores a stored lm_head as well
+        del tensors["lm_head.weight"]
+    for name, shape in expected.items():
+        if name not in tensors:
+            raise WeightsError(f"{path}: missing tensor {name!r} (expected shape {list(shape)})")
+        if tensors[name].shape != shape:
+            raise WeightsError(f"{path}: tensor {name!r} has shape {list(tensors[name].shape)}, "
+                               f"expected {list(shape)}")
+        if not np.isfinite(tensors[name]).all():
+            raise WeightsError(f"{path}: tensor {name!r} holds NaN or inf")
+    return _assemble(tensors, config, quantize=weights == "q4_k")
+
+
+def _assemble(t: dict[str, np.ndarray], c: Config, quantize: bool) -> Weights:
+    def linear(name: str) -> Linear:
+        w = t[name]
+        return Quantized(w) if quantize and w.shape[1] % QK_K == 0 else Dense(w)
+
+    layers = []
+    for i, kind in enumerate(c.layer_types):
+        p = f"layers.{i}."
+        mixer: GDNWeights | AttentionWeights
+        if kind == "linear_attention":
+            a = p + "linear_attn."
+            mixer = GDNWeights(
+                in_proj_qkv=linear(a + "in_proj_qkv.weight"), in_proj_z=linear(a + "in_proj_z.weight"),
+                in_proj_b=linear(a + "in_proj_b.weight"), in_proj_a=linear(a + "in_proj_a.weight"),
+                conv1d=t[a + "conv1d.weight"][:, 0, :].copy(), dt_bias=t[a + "dt_bias"], A_log=t[a + "A_log"],
+                norm=t[a + "norm.weight"], out_proj=linear(a + "out_proj.weight"))
+        else:
+            a = p + "self_attn."
+            mixer = AttentionWeights(
+                q_proj=linear(a + "q_proj.weight"), k_proj=linear(a + "k_proj.weight"),
+                v_proj=linear(a + "v_proj.weight"), o_proj=linear(a + "o_proj.weight"),
+                q_norm=t[a + "q_norm.weight"], k_norm=t[a + "k_norm.weight"])
+        mlp = MLPWeights(gate_proj=linear(p + "mlp.gate_proj.weight"), up_proj=linear(p + "mlp.up_proj.weight"),
+                         down_proj=linear(p + "mlp.down_proj.weight"))
+        layers.append(LayerWeights(input_layernorm=t[p + "input_layernorm.weight"],
+                                   post_attention_layernorm=t[p + "post_attention_layernorm.weight"],
+                                   mixer=mixer, mlp=mlp))
+    head = "embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"
+    return Weights(embed_tokens=t["embed_tokens.weight"], layers=layers, norm=t["norm.weight"],
+                   lm_head=linear(head))
+
+
+def dense_state_dict(w: Weights, c: Config) -> dict[str, np.ndarray]:
+    """HF-named float32 tensors of `w` as the engine computes with them (Q4_K projections dequantized).
+
+    Lets the oracle run HF transformers on exactly our (dequantized) weights.
+    """
+    out: dict[str, np.ndarray] = {"model.embed_tokens.weight": w.embed_tokens, "model.norm.weight": w.norm}
+    if not c.tie_word_embeddings:
+        out["lm_head.weight"] = w.lm_head.dense()
+    for i, layer in enumerate(w.layers):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"] = layer.input_layernorm
+        out[p + "post_attention_layernorm.weight"] = layer.post_attention_layernorm
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            out[p + f"mlp.{name}.weight"] = getattr(layer.mlp, name).dense()
+        m = layer.mixer
+        fields: dict[str, Any]
+        if isinstance(m, GDNWeights):
+            p += "linear_attn."
+            fields = {f"{n}.weight": getattr(m, n).dense()
+                      for n in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")}
+            fields |= {"conv1d.weight": m.conv1d[:, None, :], "dt_bias": m.dt_bias, "A_log": m.A_log,
+                       "norm.weight": m.norm}
+        else:
+            p += "self_attn."
+            fields = {f"{n}.weight": getattr(m, n).dense() for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
+            fields |= {"q_norm.weight": m.q_norm, "k_norm.weight": m.k_norm}
+        out |= {p + k: v for k, v in fields.items()}
+    return out
+
+
+def _strip(key: str) -> str | None:
+    if key == "lm_head.weight":
+        return key
+    if key.startswith(IGNORED):
+        return None
+    for prefix in PREFIXES:
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return ""  # no known prefix: read_tensors reports it with the file name
+
+
+def _q4k() -> Any:
+    try:
+        from reference.q4k import Q4_K
+    except ImportError as e:
+        raise WeightsError(f"weights='q4_k' needs reference.q4k.Q4_K, which cannot be imported ({e})") from None
+    return Q4_K
