@@ -34,6 +34,12 @@ class ReferenceEngine:
     def load_model(self, weights: str = "f32") -> Any:
         return _load_tiny(weights)
 
+    def gdn_kernels(self) -> Any:
+        """The Gated DeltaNet twins: `.naive_recurrent_gated_delta_rule` and `.chunk_gated_delta_rule`."""
+        from reference import gdn
+
+        return gdn
+
     def session(self, model: Any) -> Any:
         from reference.session import Session
 
