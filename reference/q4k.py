@@ -1,0 +1,304 @@
+"""Q4_K: llama.cpp's 4-bit k-quant, in numpy, bit-exact with ggml-quants.c.
+
+A super-block holds QK_K = 256 values as 8 sub-blocks of 32; value = d * sc[j] * q - dmin * m[j], with d, dmin
+fp16 and sc, m 6-bit. Layout (struct block_q4_K in ggml-common.h), 2 + 2 + 12 + QK_K // 2 = 144 bytes:
+
+    bytes 0..1     d       fp16 super-block scale of the sub-block scales
+    bytes 2..3     dmin    fp16 super-block scale of the sub-block mins
+    bytes 4..15    scales  8 six-bit scales sc[0..7] and 8 six-bit mins m[0..7], packed as drawn in _SCALES
+    bytes 16..143  qs      256 four-bit quants: byte 32*c + l holds value 64*c + l in its low nibble and
+                           value 64*c + 32 + l in its high nibble (c = 0..3, l = 0..31)
+
+Every function works on all blocks at once. Float arithmetic is float32 in the C code's operation order; the only
+loops are over the 21 steps of make_qkx2_quants and the 8 sub-blocks of a block, and the C code's left-to-right
+sums over 32 elements are `np.add.accumulate` along that axis, which adds in order by definition.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+QK_K = 256
+K_SCALE_SIZE = 12
+SUB = 32  # values per sub-block
+N_SUB = QK_K // SUB
+BLOCK_BYTES = 2 + 2 + K_SCALE_SIZE + QK_K // 2
+
+# make_qkx2_quants arguments used by quantize_row_q4_K_ref: nmax 15, rmin -1, rdelta 0.1, nstep 20.
+NMAX = 15
+RMIN = np.float32(-1.0)
+RDELTA = np.float32(0.1)
+NSTEP = 20
+
+# Sub-blocks quantized per tile: keeps the [32, tile] float32 work arrays (1 MiB each) near the cache.
+QUANT_TILE = 8192
+# Rows of a weight matrix dequantized at once by matmul; the tile, not the matrix, is ever held as float32.
+MATMUL_ROW_TILE = 256
+
+
+def nearest_int(f: np.ndarray) -> np.ndarray:  # f32[...] -> i32[...]
+    """Same as nearest_int in ggml-quants.c: add 1.5 * 2**23 and read the low mantissa bits.
+
+    Round-half-to-even for |f| <= 4194303; outside that range it returns the same wrapped garbage as the C code.
+    """
+    assert f.dtype == np.float32
+    bits = (f + np.float32(12582912.0)).view(np.int32)
+    return (bits & 0x007FFFFF) - 0x00400000
+
+
+def _seq_sum(a: np.ndarray) -> np.ndarray:  # [32, S] -> [S]
+    """Left-to-right float32 sum over axis 0, as the C loops `s += a[i]` add."""
+    return np.add.accumulate(a, axis=0)[-1]
+
+
+def make_qkx2_quants(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Same as make_qkx2_quants(32, 15, x, weights, L, &the_min, Laux, -1, 0.1, 20, false) in ggml-quants.c.
+
+    x, weights: f32[32, S] (one column per sub-block) -> L u8[32, S], scale f32[S], the_min f32[S]
+    """
+    n = x.shape[0]
+    vmin = x.min(axis=0)
+    vmax = x.max(axis=0)
+    sum_w = _seq_sum(weights)
+    sum_x = _seq_sum(weights * x)
+    vmin = np.where(vmin > 0, np.float32(0.0), vmin)
+    flat = vmax == vmin
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = np.float32(NMAX) / (vmax - vmin)
+        scale = np.float32(1.0) / iscale
+        L = np.clip(nearest_int(iscale * (x - vmin)), 0, NMAX)
+        Lf = L.astype(np.float32)
+        diff = scale * Lf + vmin - x
+        best_error = _seq_sum(weights * (diff * diff))
+        for step in range(NSTEP + 1):
+            # (rmin + rdelta*is + nmax) / (max - min); `min` is the best min so far, as in the C loop.
+            iscale = (RMIN + RDELTA * np.float32(step) + np.float32(NMAX)) / (vmax - vmin)
+            Laux = np.clip(nearest_int(iscale * (x - vmin)), 0, NMAX).astype(np.float32)
+            wl = weights * Laux
+            sum_l = _seq_sum(wl)
+            sum_l2 = _seq_sum(wl * Laux)
+            sum_xl = _seq_sum(wl * x)
+            D = sum_w * sum_l2 - sum_l * sum_l
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            clamp = this_min > 0
+            this_min = np.where(clamp, np.float32(0.0), this_min)
+            this_scale = np.where(clamp, sum_xl / sum_l2, this_scale)
+            diff = this_scale * Laux + this_min - x
+            cur_error = _seq_sum(weights * (diff * diff))
+            better = (D > 0) & (cur_error < best_error)
+            Lf = np.where(better, Laux, Lf)
+            best_error = np.where(better, cur_error, best_error)
+            scale = np.where(better, this_scale, scale)
+            vmin = np.where(better, this_min, vmin)
+    assert n == SUB
+    L = np.where(flat, np.float32(0.0), Lf).astype(np.uint8)
+    scale = np.where(flat, np.float32(0.0), scale)
+    return L, scale, -vmin
+
+
+# The 12 scale bytes, sc = 6-bit scales, m = 6-bit mins, bit 7 on the left:
+#
+#   byte 0..3    sc[j+4]>>4 (2 bits) | sc[j]    (6 bits)     j = 0..3
+#   byte 4..7    m[j+4]>>4  (2 bits) | m[j]     (6 bits)     j = 0..3
+#   byte 8..11   m[j+4]&0xF (4 bits) | sc[j+4]&0xF (4 bits)  j = 0..3
+#
+# which is get_scale_min_k4 in ggml-quants.c.
+def unpack_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # u8[B, 12] -> sc u8[B, 8], m u8[B, 8]
+    assert scales.dtype == np.uint8 and scales.shape[-1] == K_SCALE_SIZE
+    lo, mid, hi = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+    sc = np.concatenate([lo & 0x3F, (hi & 0x0F) | ((lo >> 6) << 4)], axis=1)
+    m = np.concatenate([mid & 0x3F, (hi >> 4) | ((mid >> 6) << 4)], axis=1)
+    return sc, m
+
+
+def pack_scales(sc: np.ndarray, m: np.ndarray) -> np.ndarray:  # u8[B, 8], u8[B, 8] -> u8[B, 12]
+    assert sc.dtype == np.uint8 and m.dtype == np.uint8
+    lo = (sc[:, 0:4] & 0x3F) | ((sc[:, 4:8] >> 4) << 6)
+    mid = (m[:, 0:4] & 0x3F) | ((m[:, 4:8] >> 4) << 6)
+    hi = (sc[:, 4:8] & 0x0F) | ((m[:, 4:8] & 0x0F) << 4)
+    return np.concatenate([lo, mid, hi], axis=1)
+
+
+def unpack_qs(qs: np.ndarray) -> np.ndarray:  # u8[B, 128] -> u8[B, 8, 32]
+    """Sub-block 2c is the low nibbles of qs[32c : 32c+32], sub-block 2c+1 their high nibbles."""
+    q = qs.reshape(-1, 4, 1, SUB)
+    return np.concatenate([q & 0x0F, q >> 4], axis=2).reshape(-1, N_SUB, SUB)
+
+
+def pack_qs(L: np.ndarray) -> np.ndarray:  # u8[B, 8, 32] -> u8[B, 128]
+    L = L.reshape(-1, 4, 2, SUB)
+    return (L[:, :, 0] | (L[:, :, 1] << 4)).reshape(-1, QK_K // 2)
+
+
+def split_blocks(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """u8[B, 144] -> d f32[B], dmin f32[B], scales u8[B, 12], qs u8[B, 128]"""
+    assert blocks.dtype == np.uint8 and blocks.shape[-1] == BLOCK_BYTES
+    d = blocks[:, 0:2].copy().view(np.float16)[:, 0].astype(np.float32)
+    dmin = blocks[:, 2:4].copy().view(np.float16)[:, 0].astype(np.float32)
+    scales = blocks[:, 4 : 4 + K_SCALE_SIZE]
+    qs = blocks[:, 4 + K_SCALE_SIZE :]
+    return d, dmin, scales, qs
+
+
+def sub_block_scales(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # u8[B, 144] -> f32[B, 8] x 2
+    """d * sc[j] and dmin * m[j], the two floats dequantize_row_q4_K forms per sub-block."""
+    d, dmin, scales, _ = split_blocks(blocks)
+    sc, m = unpack_scales(scales)
+    return d[:, None] * sc.astype(np.float32), dmin[:, None] * m.astype(np.float32)
+
+
+def quantize_blocks(x: np.ndarray) -> np.ndarray:  # f32[B, 256] -> u8[B, 144]
+    """Same bytes as quantize_row_q4_K_ref in ggml-quants.c (no importance matrix)."""
+    B = x.shape[0]
+    out = np.empty((B, BLOCK_BYTES), dtype=np.uint8)
+    per_tile = max(1, QUANT_TILE // N_SUB)
+    for start in range(0, B, per_tile):
+        out[start : start + per_tile] = _quantize_tile(x[start : start + per_tile])
+    return out
+
+
+def _quantize_tile(x: np.ndarray) -> np.ndarray:  # f32[B, 256] -> u8[B, 144]
+    B = x.shape[0]
+    xs = np.ascontiguousarray(x.reshape(B * N_SUB, SUB).T)  # [32, S]: one column per sub-block
+    sum_x2 = _seq_sum(xs * xs)
+    av_x = np.sqrt(sum_x2 / np.float32(32.0))
+    weights = av_x + np.abs(xs)
+    L, scales, mins = make_qkx2_quants(xs, weights)
+    scales = scales.reshape(B, N_SUB)
+    mins = mins.reshape(B, N_SUB)
+
+    # `if (scale > max_scale) max_scale = scale;` from 0, kept as a strict-greater scan (it never yields -0).
+    max_scale = np.zeros(B, dtype=np.float32)
+    max_min = np.zeros(B, dtype=np.float32)
+    for j in range(N_SUB):
+        max_scale = np.where(scales[:, j] > max_scale, scales[:, j], max_scale)
+        max_min = np.where(mins[:, j] > max_min, mins[:, j], max_min)
+    with np.errstate(divide="ignore"):
+        inv_scale = np.where(max_scale > 0, np.float32(63.0) / max_scale, np.float32(0.0))
+        inv_min = np.where(max_min > 0, np.float32(63.0) / max_min, np.float32(0.0))
+    # `uint8_t ls = nearest_int(...)` keeps the low 8 bits, then MIN(63, ls).
+    ls = np.minimum(nearest_int(inv_scale[:, None] * scales) & 0xFF, 63).astype(np.uint8)
+    lm = np.minimum(nearest_int(inv_min[:, None] * mins) & 0xFF, 63).astype(np.uint8)
+    d16 = (max_scale / np.float32(63.0)).astype(np.float16)
+    dmin16 = (max_min / np.float32(63.0)).astype(np.float16)
+
+    # Requantize against the rounded fp16 scales; a sub-block whose d*sc is 0 keeps make_qkx2_quants' L.
+    d = d16.astype(np.float32)[:, None] * ls.astype(np.float32)  # [B, 8]
+    dm = dmin16.astype(np.float32)[:, None] * lm.astype(np.float32)
+    xb = x.reshape(B, N_SUB, SUB)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        l = np.clip(nearest_int((xb + dm[:, :, None]) / d[:, :, None]), 0, 15).astype(np.uint8)
+    L = L.T.reshape(B, N_SUB, SUB)
+    L = np.where((d != 0)[:, :, None], l, L)
+
+    out = np.empty((B, BLOCK_BYTES), dtype=np.uint8)
+    out[:, 0:2] = d16.view(np.uint8).reshape(B, 2)
+    out[:, 2:4] = dmin16.view(np.uint8).reshape(B, 2)
+    out[:, 4 : 4 + K_SCALE_SIZE] = pack_scales(ls, lm)
+    out[:, 4 + K_SCALE_SIZE :] = pack_qs(L)
+    return out
+
+
+def dequantize_blocks(blocks: np.ndarray) -> np.ndarray:  # u8[B, 144] -> f32[B, 256]
+    """Same floats as dequantize_row_q4_K in ggml-quants.c: (d * sc) * q - (dmin * m)."""
+    dsc, dm = sub_block_scales(blocks)
+    q = unpack_qs(blocks[:, 4 + K_SCALE_SIZE :]).astype(np.float32)
+    return (dsc[:, :, None] * q - dm[:, :, None]).reshape(-1, QK_K)
+
+
+class Q4_K:
+    """Q4_K weights: u8[rows, cols // 256 * 144], one row of super-blocks per matrix row."""
+
+    block_size: ClassVar[int] = QK_K
+    type_size: ClassVar[int] = BLOCK_BYTES
+
+    @classmethod
+    def quantize(cls, x: np.ndarray) -> np.ndarray:  # f32[rows, cols] -> u8[rows, cols // 256 * 144]
+        x = _check_floats(x, "x", ndim=2)
+        rows, cols = x.shape
+        _check_cols(cols, f"x of shape {x.shape}")
+        blocks = quantize_blocks(x.reshape(-1, QK_K))
+        return blocks.reshape(rows, cols // QK_K * BLOCK_BYTES)
+
+    @classmethod
+    def dequantize(cls, q: np.ndarray) -> np.ndarray:  # u8[rows, nb * 144] -> f32[rows, nb * 256]
+        q = _check_blocks(q)
+        rows = q.shape[0]
+        return dequantize_blocks(q.reshape(-1, BLOCK_BYTES)).reshape(rows, -1)
+
+    @classmethod
+    def matvec(cls, q: np.ndarray, x: np.ndarray) -> np.ndarray:  # u8[rows, nb*144], f32[cols] -> f32[rows]
+        x = _check_floats(x, "x", ndim=1)
+        return cls.matmul(q, x[None, :])[0]
+
+    @classmethod
+    def matmul(cls, q: np.ndarray, x: np.ndarray) -> np.ndarray:  # u8[rows, nb*144], f32[n, cols] -> f32[n, rows]
+        """x @ dequantize(q).T computed per sub-block: d*sc * (q . x) - dmin*m * sum(x).
+
+        Only MATMUL_ROW_TILE rows of 4-bit quants are widened to float32 at a time; the per-sub-block sums of x
+        are formed once and shared by all rows. Nothing is cached between calls.
+        """
+        q = _check_blocks(q)
+        x = _check_floats(x, "x", ndim=2)
+        rows = q.shape[0]
+        nb = q.shape[1] // BLOCK_BYTES
+        n, cols = x.shape
+        if cols != nb * QK_K:
+            raise ValueError(f"Q4_K.matmul: x has {cols} columns but the weights of shape {q.shape} hold "
+                             f"{nb * QK_K} per row")
+        return _matmul(q.reshape(rows, nb, BLOCK_BYTES), x)
+
+
+def _matmul(q: np.ndarray, x: np.ndarray) -> np.ndarray:  # u8[rows, nb, 144], f32[n, cols] -> f32[n, rows]
+    rows, nb, _ = q.shape
+    n = x.shape[0]
+    xsum = x.reshape(n, nb * N_SUB, SUB).sum(axis=2)  # [n, nb*8]: sum(x) per sub-block
+    y = np.empty((n, rows), dtype=np.float32)
+    for r0 in range(0, rows, MATMUL_ROW_TILE):
+        tile = q[r0 : r0 + MATMUL_ROW_TILE].reshape(-1, BLOCK_BYTES)
+        R = tile.shape[0] // nb
+        dsc, dm = sub_block_scales(tile)  # [R*nb, 8]
+        w = unpack_qs(tile[:, 4 + K_SCALE_SIZE :]).astype(np.float32)  # [R*nb, 8, 32]
+        w *= dsc[:, :, None]
+        y[:, r0 : r0 + R] = x @ w.reshape(R, nb * QK_K).T - xsum @ dm.reshape(R, nb * N_SUB).T
+    return y
+
+
+def _check_cols(cols: int, what: str) -> None:
+    if cols % QK_K != 0 or cols == 0:
+        raise ValueError(f"Q4_K: {what}: columns must be a positive multiple of {QK_K}, got {cols}")
+
+
+def _check_floats(x: object, name: str, ndim: int) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"Q4_K: {name} must be a numpy float32 array, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise ValueError(f"Q4_K: {name} must be float32, got {x.dtype} of shape {x.shape}")
+    if x.ndim != ndim:
+        raise ValueError(f"Q4_K: {name} must have {ndim} dimension(s), got shape {x.shape}")
+    finite = np.isfinite(x)
+    if not finite.all():
+        bad = np.argwhere(~finite)[0]
+        where = f"row {bad[0]}" if ndim == 2 else f"index {bad[0]}"
+        raise ValueError(f"Q4_K: {name} of shape {x.shape} has NaN or Inf, first at {where}")
+    return np.ascontiguousarray(x)
+
+
+def _check_blocks(q: object) -> np.ndarray:
+    if not isinstance(q, np.ndarray):
+        raise ValueError(f"Q4_K: weights must be a numpy uint8 array, got {type(q).__name__}")
+    if q.dtype != np.uint8:
+        raise ValueError(f"Q4_K: weights must be uint8, got {q.dtype} of shape {q.shape}")
+    if q.ndim != 2 or q.shape[1] % BLOCK_BYTES != 0 or q.shape[1] == 0:
+        raise ValueError(f"Q4_K: weights must be [rows, n_blocks * {BLOCK_BYTES}] bytes, got shape {q.shape}")
+    q = np.ascontiguousarray(q)
+    # A non-finite fp16 d or dmin makes every value of its block NaN or Inf.
+    heads = q.reshape(q.shape[0], -1, BLOCK_BYTES)[:, :, 0:4].copy().view(np.float16)
+    finite = np.isfinite(heads).all(axis=(1, 2))
+    if not finite.all():
+        row = int(np.argmin(finite))
+        raise ValueError(f"Q4_K: weights of shape {q.shape} have a NaN or Inf d/dmin, first in row {row}")
+    return q
