@@ -1,0 +1,219 @@
+"""One stream's generation loop: prefill a prompt, then decode token by token, polling a cancel token.
+
+The loop in `Session.generate` is the claim of contract apr-serve-cancellation-v1, in this order:
+
+    ended (a stop token, or max_tokens)?  -> stop, before any further forward
+    poll the cancel token                 -> stop, before any further forward
+    one forward: the prefill for the first token, else a decode forward on the previous token
+    emit the token sampled from those logits
+
+so a run cancelled after n polls emits n tokens and runs n - 1 decode forwards (the first token comes from the
+prefill), and no run ever pays for a forward whose logits it throws away. The engine this follows first polled
+after the decode forward: with a budget of 8 polls it emitted 8 tokens and ran 8 decode passes, the last wasted.
+The mutants in mutants/ (poll-after-forward, poll-deleted, forward-after-last-token) each undo one line of that
+order; their statements are matched by source text, so each statement below is unique in `generate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from reference.cancel import CancelToken
+from reference.sampling import SampleFn, greedy
+
+
+class StopReason(StrEnum):
+    CANCELLED = "cancelled"
+    MAX_TOKENS = "max_tokens"
+    STOP_TOKEN = "stop_token"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What one `generate` call emitted and what it cost."""
+
+    tokens: tuple[int, ...]  # emitted, in order
+    emitted: int  # len(tokens)
+    decode_forwards: int  # one-token forwards on a previously emitted token
+    prefill_forwards: int  # model.forward calls spent on the prompt (0 when cancelled first, or all reused)
+    polls: int  # cancel-token polls this run made (0 for CancelToken.never(), whose polls are free)
+    positions: tuple[int, ...]  # the position of the token each decode forward consumed, in order
+    wasted_forwards: int  # forwards whose logits produced no emitted token
+    stop_reason: StopReason
+    prompt_len: int  # tokens in the prompt
+    reused: int  # prompt tokens the session's state already held; the prefill ran over prompt[reused:]
+
+
+@dataclass(slots=True)
+class _Meter:
+    """Per-run counters, kept where the work happens so the record is measured, not derived."""
+
+    prefill_forwards: int = 0
+    decode_forwards: int = 0
+    positions: list[int] = field(default_factory=list)
+    reused: int = 0
+    unused: int = 0  # forwards behind the current logits while no token has been sampled from them
+    wasted: int = 0
+
+    def took(self, forwards: int) -> None:
+        """New logits from `forwards` forwards; the previous ones, if never sampled, were wasted."""
+        self.wasted += self.unused
+        self.unused = forwards
+
+    def emit(self, token: int) -> int:
+        """A token was sampled from the current logits: the forwards behind them paid off."""
+        self.unused = 0
+        return token
+
+
+def _ended(tokens: list[int], max_tokens: int, stops: frozenset[int]) -> StopReason | None:
+    """Why the run is over before it polls again, or None while it may go on."""
+    if tokens and tokens[-1] in stops:
+        return StopReason.STOP_TOKEN
+    if len(tokens) >= max_tokens:
+        return StopReason.MAX_TOKENS
+    return None
+
+
+class Session:
+    """A model and one stream's state, with the exact token history that state has consumed.
+
+    A later `generate` whose prompt starts with that history prefills only the rest of the prompt. After a run
+    the history is the prompt plus every emitted token but the last (which was never fed back), so a chat turn
+    `prompt + run.tokens + more` reuses the whole state.
+    """
+
+    def __init__(self, model: Any, *, pool: Any = None) -> None:
+        self.model = model
+        self._pool = pool
+        self.state = model.new_state(pool)
+        self.history: list[int] = []  # tokens the state has consumed, in order; len == state.pos
+        self._logits: np.ndarray | None = None  # [vocab] logits after the last token of history
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        cancel: CancelToken | None = None,
+        stop_tokens: Iterable[int] = (),
+        sampler: SampleFn = greedy,
+        on_token: Callable[[int], object] | None = None,
+    ) -> Run:
+        """Emit up to `max_tokens` tokens continuing `prompt`; see the module docstring for the loop's order."""
+        prompt, stops = self._check(prompt, max_tokens, stop_tokens)
+        cancel = CancelToken.never() if cancel is None else cancel
+        polls_before = cancel.polls
+        meter = _Meter()
+        tokens: list[int] = []
+        while True:
+            if _ended(tokens, max_tokens, stops):
+                break
+            if cancel.is_cancelled():
+                break
+            logits = self._next_logits(prompt, tokens, meter)
+            tokens.append(meter.emit(sampler(logits)))
+            if on_token is not None:
+                on_token(tokens[-1])
+        meter.took(0)  # the last logits, if no token came from them, were wasted
+        return Run(
+            tokens=tuple(tokens),
+            emitted=len(tokens),
+            decode_forwards=meter.decode_forwards,
+            prefill_forwards=meter.prefill_forwards,
+            polls=cancel.polls - polls_before,
+            positions=tuple(meter.positions),
+            wasted_forwards=meter.wasted,
+            stop_reason=_ended(tokens, max_tokens, stops) or StopReason.CANCELLED,
+            prompt_len=len(prompt),
+            reused=meter.reused,
+        )
+
+    def reset(self) -> None:
+        """Forget the history: a fresh state (the old one's KV pages go back to their pool)."""
+        self.state.release()
+        self.state = self.model.new_state(self._pool)
+        self.history = []
+        self._logits = None
+
+    def _next_logits(self, prompt: list[int], tokens: list[int], meter: _Meter) -> np.ndarray:  # -> [vocab]
+        """The logits the next token is sampled from: the prompt's for the first, else a decode forward."""
+        if not tokens:
+            return self._start(prompt, meter)
+        return self._decode(tokens[-1], meter)
+
+    def _start(self, prompt: list[int], meter: _Meter) -> np.ndarray:  # [T] -> [vocab]
+        """Bring the state to the end of `prompt`, reusing the history when it is a prefix of the prompt."""
+        n = len(self.history)
+        if n and self.history != prompt[:n]:
+            self.reset()
+            n = 0
+        meter.reused = n
+        if n == len(prompt):  # the state already holds the whole prompt: its last logits are kept
+            assert self._logits is not None
+            meter.took(0)
+            return self._logits
+        logits, forwards = self._prefill(prompt[n:])
+        self.history.extend(prompt[n:])
+        self._logits = logits
+        meter.prefill_forwards += forwards
+        meter.took(forwards)
+        return logits
+
+    def _prefill(self, prompt: list[int]) -> tuple[np.ndarray, int]:  # [T] -> [vocab], forward calls
+        """Run the model over `prompt` on this session's state: the logits after its last token."""
+        logits = self.model.forward(np.asarray(prompt, dtype=np.int64), self.state)
+        return logits[-1], 1
+
+    def _decode(self, token: int, meter: _Meter) -> np.ndarray:  # -> [vocab]
+        """One decode forward: feed back the previously emitted token."""
+        meter.positions.append(self.state.pos)
+        logits = self.model.forward(np.asarray([token], dtype=np.int64), self.state)[-1]
+        self.history.append(token)
+        self._logits = logits
+        meter.decode_forwards += 1
+        meter.took(1)
+        return logits
+
+    def _check(
+        self, prompt: Sequence[int], max_tokens: int, stop_tokens: Iterable[int]
+    ) -> tuple[list[int], frozenset[int]]:
+        """Refuse a request the run cannot serve, before touching any state."""
+        vocab = self.model.config.vocab_size
+        context = self.model.config.max_position_embeddings
+        ids = _token_ids(prompt, "prompt", vocab)
+        if not ids:
+            raise ValueError("prompt is empty: generate needs at least one token to prefill")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 0:
+            raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
+        # The prompt fills positions [0, len); each emitted token after the first is fed back at the next one.
+        needed = len(ids) + max(int(max_tokens), 1) - 1
+        if needed > context:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens with max_tokens={max_tokens} needs {needed} positions; "
+                f"the context holds {context} (max_position_embeddings)"
+            )
+        stops = frozenset(_token_ids(stop_tokens, "stop_tokens", vocab))
+        return ids, stops
+
+
+def _token_ids(tokens: Iterable[int], what: str, vocab: int) -> list[int]:
+    """Plain int token ids, each checked against the vocabulary."""
+    if isinstance(tokens, str | bytes):
+        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
+    try:
+        items = list(tokens)
+    except TypeError:
+        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}") from None
+    ids = []
+    for i, t in enumerate(items):
+        if isinstance(t, bool) or not isinstance(t, int | np.integer):
+            raise ValueError(f"{what}[{i}] is {t!r}, not an int token id")
+        if not 0 <= t < vocab:
+            raise ValueError(f"{what}[{i}] = {int(t)} is outside the vocabulary [0, {vocab})")
+        ids.append(int(t))
+    return ids
