@@ -30,11 +30,11 @@ class ContractError(FalsifyError):
 
     def __init__(self, problems: list[Problem] | Problem | str):
         if isinstance(problems, str):
-            problems = [Problem("<contracts>", 0, "", problems, "contract")]
-        elif isinstance(problems, Problem):
-            problems = [problems]
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
+            self.problems: list[Problem] = []
+            super().__init__(problems)
+            return
+        self.problems = [problems] if isinstance(problems, Problem) else problems
+        super().__init__("\n".join(str(p) for p in self.problems))
 
 
 class FormulaError(FalsifyError):

@@ -21,6 +21,7 @@ from falsify.engines import EngineError, load_engine
 from falsify.project import find_project
 
 NOT_APPLICABLE = "NOT APPLICABLE: "
+_PREVIOUS_DIR = pytest.StashKey[Path | None]()
 
 
 def _register_hypothesis_profiles() -> None:
@@ -247,8 +248,15 @@ def pytest_configure(config: pytest.Config) -> None:
     contracts = _contracts_dir(config)
     if contracts is None:
         return
+    # Restored at unconfigure: pytester runs nested sessions in one process.
+    config.stash[_PREVIOUS_DIR] = check_module.contracts_dir
     check_module.contracts_dir = contracts
     config.pluginmanager.register(FalsifyPlugin(config, contracts), "falsify-core")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PREVIOUS_DIR in config.stash:
+        check_module.contracts_dir = config.stash[_PREVIOUS_DIR]
 
 
 def _contracts_dir(config: pytest.Config) -> Path | None:

@@ -1,0 +1,71 @@
+"""Digests, in-toto ResourceDescriptors and the one JSON encoding every statement uses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def descriptor(name: str, digest: str, **annotations: str) -> dict[str, Any]:
+    """An in-toto ResourceDescriptor (attestation spec v1, resource_descriptor.md): name + sha256 digest."""
+    out: dict[str, Any] = {"name": name, "digest": {"sha256": digest}}
+    if annotations:
+        out["annotations"] = dict(annotations)
+    return out
+
+
+def canonical(obj: Any) -> str:
+    """One line of JSON: sorted keys, no spaces, UTF-8 text kept as is. Same object -> same bytes."""
+    return json.dumps(plain_json(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def pretty(obj: Any) -> str:
+    """Indented, sorted JSON with a final newline, for the bundle's JSON files."""
+    return json.dumps(plain_json(obj), sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def plain_json(value: Any) -> Any:
+    """Observed values made strict JSON: NaN and infinities become strings, tuples lists, keys strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain_json(v) for v in value]
+    return value
+
+
+def scrub(value: Any, root: Path) -> Any:
+    """Replace the project's absolute path in every string by '.' so that no bundle byte names a machine's dirs."""
+    prefixes = sorted({str(root), str(root.resolve())}, key=len, reverse=True)
+
+    def fix(text: str) -> str:
+        for prefix in prefixes:
+            text = text.replace(prefix + "/", "").replace(prefix, ".")
+        return text
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return fix(v)
+        if isinstance(v, dict):
+            return {fix(str(k)): walk(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)

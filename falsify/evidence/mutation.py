@@ -1,0 +1,95 @@
+"""The mutant run as evidence: read a Stryker mutation-testing-report (schema
+https://github.com/stryker-mutator/mutation-testing-elements, report schema v1/v2) into one record per mutant.
+
+Which predictions a mutant turned red comes from the report's `killedBy` test ids: a test id that is a prediction
+id counts as itself; otherwise the test's name is looked up among the falsifier tests (results.json) and the
+predictions it is bound to count, limited to the ones the mutant declares in `kills`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from falsify.corpus import Corpus
+from falsify.evidence.digests import canonical, sha256_bytes
+from falsify.evidence.tree import EvidenceError
+
+# Fields that differ between two runs of the same tree; dropped from the bundle's copy of the report.
+_TIMING_KEYS = ("duration", "performance", "testsCompleted", "timestamp", "startedAt", "finishedAt")
+
+
+@dataclass(frozen=True, slots=True)
+class MutantOutcome:
+    id: str
+    status: str  # Stryker's: Killed, Survived, NoCoverage, Timeout, RuntimeError, CompileError, Ignored, Pending
+    file: str
+    diff_sha256: str  # of the mutant's diff when the report carries one, else of {file, location, replacement}
+    killed: tuple[str, ...]  # prediction ids that turned red
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status, "file": self.file,
+                "diffDigest": {"sha256": self.diff_sha256}, "killedPredictions": list(self.killed)}
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise EvidenceError(f"{path}: not a readable mutation report ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict) or "schemaVersion" not in data:
+        raise EvidenceError(f"{path}: not a Stryker mutation-testing report (needs schemaVersion and files)")
+    return data
+
+
+def normalise(report: dict[str, Any]) -> dict[str, Any]:
+    """The report without its timings and with a relative projectRoot: same mutant run -> same bytes."""
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items() if k not in _TIMING_KEYS}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    out: dict[str, Any] = walk(report)
+    if "projectRoot" in out:
+        out["projectRoot"] = "."
+    return out
+
+
+def outcomes(report: dict[str, Any], corpus: Corpus, results: dict[str, Any]) -> list[MutantOutcome]:
+    test_names: dict[str, str] = {}
+    for test_file in (report.get("testFiles") or {}).values():
+        for t in test_file.get("tests", []):
+            test_names[str(t["id"])] = str(t.get("name", t["id"]))
+    bound = {nid: r.get("predictions", []) for nid, r in results.get("tests", {}).items()}
+    declared_kills = {m.id: set(m.kills) for m in corpus.mutants}
+    out = []
+    for file_name, entry in sorted(report["files"].items()):
+        for m in entry.get("mutants", []):
+            try:
+                mid, status = str(m["id"]), str(m["status"])
+            except KeyError as exc:
+                raise EvidenceError(f"mutation report: a mutant in {file_name} has no {exc}") from None
+            diff = m.get("diff")
+            if isinstance(diff, str):
+                digest = sha256_bytes(diff.encode())
+            else:
+                digest = sha256_bytes(canonical({"file": file_name, "location": m.get("location"),
+                                                 "replacement": m.get("replacement", "")}).encode())
+            killed: set[str] = set()
+            if status == "Killed":
+                for test_id in m.get("killedBy", []) or []:
+                    name = test_names.get(str(test_id), str(test_id))
+                    killed |= {name} if name.startswith("FALSIFY-") else set(bound.get(name, []))
+                if mid in declared_kills:
+                    killed &= declared_kills[mid]
+            out.append(MutantOutcome(mid, status, file_name, digest, tuple(sorted(killed))))
+    ids = [o.id for o in out]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise EvidenceError(f"mutation report: mutant id(s) {', '.join(dupes)} appear more than once")
+    return sorted(out, key=lambda o: o.id)

@@ -1,0 +1,125 @@
+"""The files of the working tree that evidence is about, found the same way by `evidence` and by `verify`.
+
+Subjects: the engine's sources (glob patterns, default reference/**/*.py) and the weights the engine uses (the
+tiny model's config.json + model.safetensors, located through the engine object, wherever its cache is).
+Configuration: every contract and mutant file, the falsifier tests, tox.ini and pyproject.toml.
+Every name is a path relative to the project root (posix), never absolute.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from falsify.corpus import YAML_SUFFIXES
+from falsify.engines import EngineError, load_engine
+from falsify.errors import FalsifyError
+from falsify.evidence.digests import descriptor, sha256_file
+from falsify.project import Project
+
+DEFAULT_SOURCES = ("reference/**/*.py",)
+WEIGHT_FILES = ("config.json", "model.safetensors")
+
+
+class EvidenceError(FalsifyError):
+    """An evidence bundle cannot be written or read; the message names the file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What a bundle records about where things are, so that `verify` can find them again."""
+
+    engine: str
+    sources: tuple[str, ...]  # glob patterns, relative to the project root
+    contracts: str
+    mutants: str
+    tests: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"engine": self.engine, "sources": list(self.sources), "contracts": self.contracts,
+                "mutants": self.mutants, "tests": self.tests}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Inputs:
+        try:
+            return cls(str(data["engine"]), tuple(map(str, data["sources"])), str(data["contracts"]),
+                       str(data["mutants"]), str(data["tests"]))
+        except (KeyError, TypeError) as exc:
+            raise EvidenceError(f"contract-evidence predicate: `inputs` is missing {exc}") from None
+
+    @classmethod
+    def of(cls, project: Project, engine: str, sources: tuple[str, ...]) -> Inputs:
+        return cls(engine, sources, _rel(project.contracts, project.root), _rel(project.mutants, project.root),
+                   _rel(project.tests, project.root))
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        raise EvidenceError(f"{path} is outside the project root {root}: evidence names files relative to "
+                            "the root") from None
+
+
+def source_files(root: Path, patterns: tuple[str, ...]) -> list[str]:
+    found: set[str] = set()
+    for pattern in patterns:
+        for path in root.glob(pattern):
+            if path.is_file() and "__pycache__" not in path.parts:
+                found.add(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def configuration_files(root: Path, inputs: Inputs) -> list[tuple[str, str]]:
+    """(name, role) of every file that configures the run, sorted by name."""
+    out: list[tuple[str, str]] = []
+    for directory, role in ((inputs.contracts, "contract"), (inputs.mutants, "mutant")):
+        base = root / directory
+        if base.is_dir():
+            out += [(p.relative_to(root).as_posix(), role) for p in base.rglob("*")
+                    if p.suffix in YAML_SUFFIXES and p.is_file() and "schema" not in p.relative_to(base).parts]
+    tests = root / inputs.tests
+    if tests.is_dir():
+        out += [(p.relative_to(root).as_posix(), "falsifier-tests") for p in tests.rglob("*.py")
+                if "__pycache__" not in p.parts]
+    out += [(name, "project") for name in ("tox.ini", "pyproject.toml") if (root / name).is_file()]
+    return sorted(set(out))
+
+
+def digest_files(root: Path, names: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    return [descriptor(name, sha256_file(root / name), **{"falsify.role": role}) for name, role in names]
+
+
+def engine_object(root: Path, spec: str) -> Any:
+    """The engine `spec` names, imported the way pytest sees it from the project root (root first on sys.path)."""
+    here = str(root)
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        return load_engine(spec)
+    finally:
+        if added:
+            sys.path.remove(here)
+
+
+def weights_files(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]:
+    """(name, path) of the weights the engine uses, and a note when it has none to show."""
+    try:
+        engine = engine_object(root, spec)
+    except EngineError as exc:
+        raise EvidenceError(str(exc)) from None
+    locate = getattr(engine, "tiny_model_path", None)
+    if locate is None:
+        return [], f"engine {spec!r} has no tiny_model_path(): no weights recorded"
+    directory = Path(locate())
+    missing = [f for f in WEIGHT_FILES if not (directory / f).is_file()]
+    if missing:
+        raise EvidenceError(f"engine {spec!r}: tiny_model_path() gave a directory without {', '.join(missing)}")
+    try:
+        prefix = directory.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        prefix = directory.name  # outside the tree (a cache dir): the directory's own name, never its location
+    return [(f"{prefix}/{f}", directory / f) for f in WEIGHT_FILES], ""

@@ -1,0 +1,79 @@
+"""GO / NO-GO from the three kinds of result, with every denominator. Shared by `evidence` and `verify`.
+
+GO needs all of:
+- every prediction PASS (NOT APPLICABLE allowed, at least one PASS), as `falsify gate` requires;
+- the JUnit XML shows no failure and no error (a collection error fails here even if no prediction did);
+- the mutant run happened and killed every mutant it ran, and it ran every declared mutant. A declared mutant
+  that was not run is never counted as killed: mutants not run is NO-GO, said so in the verdict.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections import Counter
+from typing import Any
+
+from falsify.results import Outcome
+
+KILLED = "Killed"
+
+
+def junit_totals(xml: bytes) -> dict[str, int]:
+    """tests/failures/errors/skipped summed over the <testsuite> elements of a JUnit XML document."""
+    root = ET.fromstring(xml)
+    suites = [root] if root.tag == "testsuite" else root.iter("testsuite")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for suite in suites:
+        for key in totals:
+            totals[key] += int(suite.get(key, "0"))
+    return totals
+
+
+def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) -> dict[str, Any]:
+    """outcomes: one Outcome value per prediction; tests: junit_totals(); mutants: {run, reason, declared,
+    results: [{id, status}]}. Returns the verdict record the statements carry and the reports show."""
+    counts = Counter(outcomes)
+    n = len(outcomes)
+    reasons = []
+    passed = counts[Outcome.PASS.value]
+    bad = {o.value: counts[o.value] for o in (Outcome.FAIL, Outcome.ERROR, Outcome.NOT_RUN) if counts[o.value]}
+    if n == 0:
+        reasons.append("no prediction: an empty corpus is never a pass")
+    elif passed == 0:
+        reasons.append(f"0 of {n} predictions passed")
+    for outcome, k in bad.items():
+        reasons.append(f"{k} of {n} predictions {outcome}")
+    if tests["failures"] or tests["errors"]:
+        reasons.append(f"JUnit: {tests['failures']} failed and {tests['errors']} errors of {tests['tests']} tests")
+    declared: list[str] = sorted(mutants.get("declared", []))
+    results = {r["id"]: r["status"] for r in mutants.get("results", [])}
+    killed = sorted(m for m, s in results.items() if s == KILLED)
+    not_killed = sorted(m for m, s in results.items() if s != KILLED)
+    missing = sorted(set(declared) - set(results))
+    if not mutants.get("run"):
+        if declared:
+            reasons.append(f"mutants not run ({len(declared)} declared): {mutants.get('reason', 'no mutant report')}")
+    else:
+        if not_killed:
+            reasons.append(f"{len(not_killed)} of {len(results)} mutants not killed: "
+                           + ", ".join(f"{m} ({results[m]})" for m in not_killed))
+        if missing:
+            reasons.append(f"{len(missing)} of {len(declared)} declared mutants missing from the report: "
+                           + ", ".join(missing))
+    decision = "NO-GO" if reasons else "GO"
+    if mutants.get("run"):
+        mutant_text = f"{len(killed)} of {len(set(results) | set(declared))} mutants killed"
+    else:
+        mutant_text = f"mutants NOT RUN ({len(declared)} declared, 0 killed)" if declared else "no mutant declared"
+    summary = (f"{decision} — {passed} of {n} predictions passed"
+               f" ({counts[Outcome.NOT_APPLICABLE.value]} not applicable); {tests['tests']} tests,"
+               f" {tests['failures']} failed, {tests['errors']} errors, {tests['skipped']} skipped; {mutant_text}")
+    return {
+        "decision": decision,
+        "summary": summary,
+        "reasons": reasons,
+        "predictions": {"total": n, **{o.value: counts[o.value] for o in Outcome}},
+        "tests": dict(tests),
+        "mutants": {"run": bool(mutants.get("run")), "declared": len(declared), "ran": len(results),
+                    "killed": len(killed), "notKilled": not_killed, "missing": missing},
+    }
