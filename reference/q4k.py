@@ -10,8 +10,8 @@ fp16 and sc, m 6-bit. Layout (struct block_q4_K in ggml-common.h), 2 + 2 + 12 + 
                            value 64*c + 32 + l in its high nibble (c = 0..3, l = 0..31)
 
 Every function works on all blocks at once. Float arithmetic is float32 in the C code's operation order; the only
-loops are over the 21 steps of make_qkx2_quants and the 8 sub-blocks of a block, and the C code's left-to-right
-sums over 32 elements are `np.add.accumulate` along that axis, which adds in order by definition.
+loops are over the 21 steps of make_qkx2_quants, the 8 sub-blocks of a block, and the 32 elements of a sub-block
+where the C code sums left to right (each step adds one element of every sub-block at once).
 """
 
 from __future__ import annotations
@@ -50,7 +50,25 @@ def nearest_int(f: np.ndarray) -> np.ndarray:  # f32[...] -> i32[...]
 
 def _seq_sum(a: np.ndarray) -> np.ndarray:  # [32, S] -> [S]
     """Left-to-right float32 sum over axis 0, as the C loops `s += a[i]` add."""
-    return np.add.accumulate(a, axis=0)[-1]
+    s = a[0].copy()
+    for i in range(1, a.shape[0]):
+        s += a[i]
+    return s
+
+
+def _round_clip(f: np.ndarray, bound: np.ndarray) -> np.ndarray:  # f32[32, S] -> f32[32, S], in place
+    """MAX(0, MIN(nmax, nearest_int(f))) as float32, overwriting f.
+
+    Adding and subtracting 1.5 * 2**23 rounds half to even exactly as nearest_int does while |f| <= 4194303;
+    `bound` (>= max |f| per sub-block) says whether any sub-block leaves that range, where the C trick returns
+    wrapped garbage that this path reproduces bit for bit through nearest_int.
+    """
+    if np.all(bound <= np.float32(4194303.0)):
+        f += np.float32(12582912.0)
+        f -= np.float32(12582912.0)
+    else:
+        f[...] = nearest_int(f)
+    return np.clip(f, 0, NMAX, out=f)
 
 
 def make_qkx2_quants(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -58,45 +76,73 @@ def make_qkx2_quants(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np
 
     x, weights: f32[32, S] (one column per sub-block) -> L u8[32, S], scale f32[S], the_min f32[S]
     """
-    n = x.shape[0]
-    vmin = x.min(axis=0)
+    assert x.shape[0] == SUB and x.dtype == np.float32 and weights.dtype == np.float32
+    xmin = x.min(axis=0)
     vmax = x.max(axis=0)
+    buf = np.empty_like(x)
+    laux = np.empty_like(x)
     sum_w = _seq_sum(weights)
-    sum_x = _seq_sum(weights * x)
-    vmin = np.where(vmin > 0, np.float32(0.0), vmin)
+    sum_x = _seq_sum(np.multiply(weights, x, out=buf))
+    vmin = np.where(xmin > 0, np.float32(0.0), xmin)
     flat = vmax == vmin
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = np.float32(NMAX) / (vmax - vmin)
         scale = np.float32(1.0) / iscale
-        L = np.clip(nearest_int(iscale * (x - vmin)), 0, NMAX)
-        Lf = L.astype(np.float32)
-        diff = scale * Lf + vmin - x
-        best_error = _seq_sum(weights * (diff * diff))
+        # The winning step's iscale and min; its L is recomputed once at the end instead of copied per step.
+        best_iscale, best_vmin = iscale, vmin
+        best_error = _weighted_sq_error(x, weights, _quant_levels(x, vmin, iscale, xmin, vmax, flat, laux),
+                                        scale, vmin, buf)
         for step in range(NSTEP + 1):
             # (rmin + rdelta*is + nmax) / (max - min); `min` is the best min so far, as in the C loop.
             iscale = (RMIN + RDELTA * np.float32(step) + np.float32(NMAX)) / (vmax - vmin)
-            Laux = np.clip(nearest_int(iscale * (x - vmin)), 0, NMAX).astype(np.float32)
-            wl = weights * Laux
+            Laux = _quant_levels(x, vmin, iscale, xmin, vmax, flat, laux)
+            wl = np.multiply(weights, Laux, out=buf)
             sum_l = _seq_sum(wl)
-            sum_l2 = _seq_sum(wl * Laux)
-            sum_xl = _seq_sum(wl * x)
+            wl *= Laux
+            sum_l2 = _seq_sum(wl)
+            np.multiply(weights, Laux, out=wl)
+            wl *= x
+            sum_xl = _seq_sum(wl)
             D = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
             clamp = this_min > 0
             this_min = np.where(clamp, np.float32(0.0), this_min)
             this_scale = np.where(clamp, sum_xl / sum_l2, this_scale)
-            diff = this_scale * Laux + this_min - x
-            cur_error = _seq_sum(weights * (diff * diff))
+            cur_error = _weighted_sq_error(x, weights, Laux, this_scale, this_min, buf)
             better = (D > 0) & (cur_error < best_error)
-            Lf = np.where(better, Laux, Lf)
             best_error = np.where(better, cur_error, best_error)
             scale = np.where(better, this_scale, scale)
+            best_iscale = np.where(better, iscale, best_iscale)
+            best_vmin = np.where(better, vmin, best_vmin)
             vmin = np.where(better, this_min, vmin)
-    assert n == SUB
-    L = np.where(flat, np.float32(0.0), Lf).astype(np.uint8)
+        L = _quant_levels(x, best_vmin, best_iscale, xmin, vmax, flat, laux)
+    L = np.where(flat, np.float32(0.0), L).astype(np.uint8)
     scale = np.where(flat, np.float32(0.0), scale)
     return L, scale, -vmin
+
+
+def _quant_levels(x: np.ndarray, vmin: np.ndarray, iscale: np.ndarray, xmin: np.ndarray, vmax: np.ndarray,
+                  flat: np.ndarray, out: np.ndarray) -> np.ndarray:  # f32[32, S], f32[S] x 4, bool[S] -> f32[32, S]
+    """MAX(0, MIN(nmax, nearest_int(iscale*(x[i] - min)))) of make_qkx2_quants, into out."""
+    np.subtract(x, vmin, out=out)
+    out *= iscale
+    # iscale*(x - min) is monotone in x, so its ends bound every element's magnitude. Flat sub-blocks (max ==
+    # min, iscale inf) are overwritten with L = 0 by the caller, as make_qkx2_quants returns early for them.
+    bound = np.maximum(np.abs(iscale * (xmin - vmin)), np.abs(iscale * (vmax - vmin)))
+    bound[flat] = 0
+    return _round_clip(out, bound)
+
+
+def _weighted_sq_error(x: np.ndarray, weights: np.ndarray, L: np.ndarray, scale: np.ndarray, vmin: np.ndarray,
+                       buf: np.ndarray) -> np.ndarray:  # f32[32, S] x 3, f32[S] x 2 -> f32[S]
+    """sum of w * diff*diff with diff = scale * L[i] + min - x[i], in make_qkx2_quants' order."""
+    diff = np.multiply(L, scale, out=buf)
+    diff += vmin
+    diff -= x
+    diff *= diff
+    diff *= weights
+    return _seq_sum(diff)
 
 
 # The 12 scale bytes, sc = 6-bit scales, m = 6-bit mins, bit 7 on the left:
