@@ -43,11 +43,11 @@ def lint_project(project: Project) -> tuple[Corpus, list[str]]:
 def gate(project: Project, *, engine: str, out: Path, pytest_args: list[str]) -> int:
     corpus, problems = lint_project(project)
     if not corpus.contracts and not problems:
-        print(f"gate: NO-GO — no contract found in {project.contracts} (an empty corpus is never a pass)")
+        print(f"gate: FAIL — no contract found in {project.contracts} (an empty corpus is never a pass)")
         return EXIT_EMPTY
     if problems:
         print("\n".join(problems))
-        print(f"gate: NO-GO — lint found {len(problems)} error(s) in {corpus.files} files; no falsifier was run")
+        print(f"gate: FAIL — lint found {len(problems)} error(s) in {corpus.files} files; no falsifier was run")
         return 1
     out.mkdir(parents=True, exist_ok=True)
     results_path, junit = out / "results.json", out / "junit.xml"
@@ -57,12 +57,12 @@ def gate(project: Project, *, engine: str, out: Path, pytest_args: list[str]) ->
           f"{engine!r}", flush=True)
     code = run_pytest(project, results_path, pytest_args, engine=engine, junit=junit)
     if not results_path.is_file():
-        print(f"gate: NO-GO — pytest exited {code} before any result was written (see its output above)")
+        print(f"gate: FAIL — pytest exited {code} before any result was written (see its output above)")
         return 1
     results = load_results(results_path)
     if results.get("binding_problems"):
         print("\n".join(results["binding_problems"]))
-        print(f"gate: NO-GO — {len(results['binding_problems'])} binding problem(s); no falsifier was run")
+        print(f"gate: FAIL — {len(results['binding_problems'])} binding problem(s); no falsifier was run")
         return 1
     rows = per_prediction(corpus, results)
     print()

@@ -1,0 +1,165 @@
+"""`falsify lint`, `bindings` and `gate` as a user runs them: real subprocesses, stable exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "contracts"
+ENV = {**os.environ, "PYTHONHASHSEED": "0"}
+
+
+def falsify(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "falsify.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=ENV, timeout=300, check=False)
+
+
+def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_lint_good_exits_0_with_denominator() -> None:
+    result = falsify("lint", str(FIXTURES / "good"))
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "lint: 1 files, 1 contracts, 2 predictions, 0 errors"
+
+
+def test_lint_bad_directory_reports_every_file_and_exits_1() -> None:
+    result = falsify("lint", str(FIXTURES / "bad"))
+    assert result.returncode == 1
+    assert_no_traceback(result)
+    bad = sorted((FIXTURES / "bad").glob("*.yaml"))
+    for path in bad:
+        assert f"{path.name}:" in result.stdout, path.name
+    assert f"lint: {len(bad)} files," in result.stdout
+
+
+def test_lint_empty_directory_exits_2(tmp_path: Path) -> None:
+    result = falsify("lint", str(tmp_path))
+    assert result.returncode == 2
+    assert "no contract found" in result.stdout and "never a pass" in result.stdout
+
+
+def test_lint_missing_path_exits_1_naming_it(tmp_path: Path) -> None:
+    result = falsify("lint", str(tmp_path / "nope"))
+    assert result.returncode == 1
+    assert "nope:0: no such file or directory" in result.stdout
+    assert_no_traceback(result)
+
+
+def test_lint_10_mb_file_is_refused_quickly(tmp_path: Path) -> None:
+    big = tmp_path / "big-v1.yaml"
+    big.write_text("contract: big-v1\ndescription: |\n" + ("  " + "x" * 98 + "\n") * 100_000)
+    assert big.stat().st_size > 10_000_000
+    result = falsify("lint", str(big))
+    assert result.returncode == 1
+    assert "big-v1.yaml:1: file is 10.1 MB, over the 1024 KiB limit [size]" in result.stdout
+
+
+def test_lint_alias_bomb_does_not_expand() -> None:
+    result = falsify("lint", str(FIXTURES / "bad" / "alias-bomb-v1.yaml"))
+    assert result.returncode == 1
+    assert "anchors and aliases are not allowed" in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif", "github"])
+def test_lint_formats(fmt: str) -> None:
+    import json
+
+    result = falsify("lint", "--format", fmt, str(FIXTURES / "bad" / "unknown-key-top-v1.yaml"))
+    assert result.returncode == 1
+    if fmt == "json":
+        assert json.loads(result.stdout)["errors"][0]["line"] == 7
+    elif fmt == "sarif":
+        sarif = json.loads(result.stdout)
+        assert sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"] == 7
+    else:
+        assert result.stdout.startswith("::error file=") and ",line=7,title=additionalProperties::" in result.stdout
+
+
+CONTRACT = (FIXTURES / "good" / "demo-serve-v1.yaml").read_text()
+FALSIFIERS = '''\
+import falsify, pytest
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001")
+def test_forwards(engine):
+    assert engine.name == "reference"
+    falsify.check("FALSIFY-DEMO-001", emitted=8, decode_forwards=FORWARDS, n=8)
+
+@pytest.mark.falsifies("FALSIFY-DEMO-002")
+def test_prefix():
+    falsify.check("FALSIFY-DEMO-002", tokens=[1, 2], reference_tokens=[1, 2, 3], n=2, wasted_forwards=0)
+'''
+
+
+def make_project(root: Path, forwards: int = 7, body: str = FALSIFIERS) -> Path:
+    (root / "contracts").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "pyproject.toml").write_text('[tool.falsify]\ncontracts = "contracts"\ntests = "tests"\n'
+                                         '[tool.pytest.ini_options]\nfalsify_contracts = "contracts"\n')
+    (root / "contracts" / "demo-serve-v1.yaml").write_text(CONTRACT.replace("requires: [generate]\n", ""))
+    (root / "tests" / "test_demo.py").write_text(body.replace("FORWARDS", str(forwards)))
+    return root
+
+
+def test_gate_passes_with_table_and_junit(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    result = falsify("gate", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FALSIFY-DEMO-001  demo-serve-v1  PASS" in result.stdout
+    assert ("gate: PASS — 1 contracts, 2 predictions (2 pass, 0 fail, 0 error, 0 not run, 0 not applicable), "
+            "2 tests run of 2, engine reference") in result.stdout
+    assert (root / ".falsify" / "gate" / "junit.xml").read_text().count("<testcase") == 2
+
+
+def test_gate_fails_on_a_falsified_prediction(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", forwards=8)
+    result = falsify("gate", cwd=root)
+    assert result.returncode == 1
+    assert "FALSIFY-DEMO-001  demo-serve-v1  FAIL" in result.stdout
+    assert "decode_forwards was 8, emitted was 8" in result.stdout
+    assert "gate: FAIL — 1 contracts, 2 predictions (1 pass, 1 fail," in result.stdout
+
+
+def test_gate_fails_naming_an_unbound_prediction(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", body=FALSIFIERS.replace('@pytest.mark.falsifies("FALSIFY-DEMO-002")\n', ""))
+    result = falsify("gate", cwd=root)
+    assert result.returncode == 1
+    assert "FALSIFY-DEMO-002 (contracts/demo-serve-v1.yaml:19) is bound to no collected test" in result.stdout
+    assert "binding problem" in result.stdout
+    assert_no_traceback(result)
+
+
+def test_gate_fails_on_a_marker_with_an_unknown_id(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p", body=FALSIFIERS + '\n@pytest.mark.falsifies("FALSIFY-DEMO-404")\n'
+                        'def test_ghost():\n    pass\n')
+    result = falsify("gate", cwd=root)
+    assert result.returncode == 1
+    assert "marker names 'FALSIFY-DEMO-404', which no contract" in result.stdout
+
+
+def test_gate_on_empty_corpus_exits_2(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    (root / "contracts" / "demo-serve-v1.yaml").unlink()
+    result = falsify("gate", cwd=root)
+    assert result.returncode == 2
+    assert "no contract found" in result.stdout
+
+
+def test_bindings_lists_prediction_to_tests(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    result = falsify("bindings", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FALSIFY-DEMO-001  1      tests/test_demo.py::test_forwards" in result.stdout
+    assert "bindings: 1 contracts, 2 predictions, 2 falsifier tests, 0 unbound, 0 problems" in result.stdout
+
+
+def test_unknown_engine_is_a_clear_error(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    result = falsify("gate", "--engine", "nosuch", cwd=root)
+    assert result.returncode != 0
+    assert "unknown engine 'nosuch'" in result.stdout + result.stderr
