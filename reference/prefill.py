@@ -156,7 +156,7 @@ class Prefill:
         """The whole pass: step until done. With a cancel token, poll it before each chunk and stop (state at the
         last finished chunk's end) when it fires; True when the pass completed."""
         while not self.done:
-            if cancel is not None and cancel.poll():
+            if cancel is not None and cancel.is_cancelled():
                 return False
             self.step()
         return True

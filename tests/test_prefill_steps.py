@@ -1,0 +1,144 @@
+"""Falsifiers of apr-serve-prefill-steps-v1, prefill half: stepped == whole == one forward call, kept prefixes,
+cancel between chunks, and cuts off the chunk grid.
+
+Cuts are measured, not read back from the plan: a recorder around the model logs every forward call with the state
+it advanced and that state's position afterwards. The oracle for "the whole pass" is one model forward call over
+the same tokens, which the model computes in internal chunks of chunk_size aligned to the call's first token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+import falsify
+
+
+class Recorder:
+    """The model, with a log of (state, tokens, position after) for every forward call."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.config = model.config
+        self.calls: list[tuple[Any, int, int]] = []
+
+    def new_pool(self, *args: Any, **kw: Any) -> Any:
+        return self.model.new_pool(*args, **kw)
+
+    def new_state(self, pool: Any = None) -> Any:
+        return self.model.new_state(pool)
+
+    def forward(self, tokens: Any, state: Any) -> np.ndarray:
+        logits = self.model.forward(tokens, state)
+        self.calls.append((state, len(tokens), int(state.pos)))
+        return logits
+
+    def cuts(self, state: Any) -> list[int]:
+        return [pos for s, _, pos in self.calls if s is state]
+
+
+def sha(x: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(x, dtype="<f4").tobytes()).hexdigest()
+
+
+def prompt_of(model: Any, n: int, seed: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(0, model.config.vocab_size, n)]
+
+
+def one_call(model: Any, tokens: list[int]) -> tuple[str, np.ndarray]:
+    """State digest and logits of one forward call over `tokens` on a fresh state."""
+    state = model.new_state()
+    logits = model.forward(np.asarray(tokens, np.int64), state)
+    return state.digest(), logits
+
+
+@pytest.fixture(scope="module")
+def model(engine: Any) -> Any:
+    return engine.load_model("f32")
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-001")
+@pytest.mark.parametrize(("n", "chunk_cap"), [(1, 64), (63, 64), (150, 64), (257, 128), (500, 192), (600, 256)])
+def test_stepped_equals_whole_and_one_call(engine: Any, model: Any, n: int, chunk_cap: int) -> None:
+    rec = Recorder(model)
+    prompt = prompt_of(model, n, seed=n)
+    pool = model.new_pool(64, 16)
+    other = model.new_state(pool)  # another stream on the same pool, advanced between two chunks
+    stepped = engine.prefill(rec, model.new_state(pool), prompt, chunk_cap=chunk_cap, keep_logits=True)
+    while not stepped.step():
+        model.forward(np.asarray([n % 7], np.int64), other)
+    whole = engine.prefill(rec, model.new_state(), prompt, chunk_cap=chunk_cap, keep_logits=True)  # private pool
+    whole.run()
+    one_state, one_logits = one_call(model, prompt)
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-001", n=n, chunk_cap=chunk_cap,
+        stepped_cuts=rec.cuts(stepped.state), whole_cuts=rec.cuts(whole.state),
+        stepped_state=stepped.state.digest(), whole_state=whole.state.digest(), one_call_state=one_state,
+        stepped_logits=sha(np.concatenate(stepped.chunk_logits)), whole_logits=sha(np.concatenate(whole.chunk_logits)),
+        one_call_logits=sha(one_logits),
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-002")
+@pytest.mark.parametrize(("p", "n"), [(1, 75), (64, 150), (100, 301), (128, 129), (256, 400)])
+def test_resume_from_kept_prefix(engine: Any, model: Any, p: int, n: int) -> None:
+    rec = Recorder(model)
+    shared = prompt_of(model, p, seed=p)
+    first = shared + prompt_of(model, 90, seed=p + 1)  # an earlier request sharing the first p tokens
+    prompt = shared + prompt_of(model, n - p, seed=n)
+    earlier = engine.prefill(model, model.new_state(), first, chunk_cap=64, marks=[p])
+    earlier.run()
+    (kept,) = earlier.kept
+    kept_before = kept.state.digest()
+    whole = engine.prefill(rec, model.new_state(), prompt, chunk_cap=64, marks=[p])
+    whole.run()
+    resumed = engine.prefill(rec, model.new_state(), prompt, chunk_cap=64, kept=earlier.kept)
+    resumed_start = resumed.pos
+    resumed.run()
+    one_state, _ = one_call(model, prompt)
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-002", p=p, n=n, chunk_size=model.config.chunk_size,
+        resumed_start=resumed_start, resumed_cuts=rec.cuts(resumed.state), whole_cuts=rec.cuts(whole.state),
+        resumed_state=resumed.state.digest(), whole_state=whole.state.digest(), one_call_state=one_state,
+        resumed_logits=sha(resumed.logits), whole_last_logits=sha(whole.logits),
+        kept_before=kept_before, kept_after=kept.state.digest(),
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-003")
+@pytest.mark.parametrize(("k", "n"), [(1, 150), (2, 150), (3, 300), (2, 129)])
+def test_cancel_between_chunks_then_resume(engine: Any, model: Any, k: int, n: int) -> None:
+    rec = Recorder(model)
+    prompt = prompt_of(model, n, seed=k * 1000 + n)
+    cancelled = engine.prefill(rec, model.new_state(), prompt, chunk_cap=64)
+    assert cancelled.run(cancel=engine.cancel_token().with_budget(k)) is False  # the test's premise: it stopped
+    cancelled_pos, cancelled_state = cancelled.pos, cancelled.state.digest()
+    prefix_state, _ = one_call(model, prompt[:cancelled_pos])
+    resumed = engine.prefill(rec, cancelled.state, prompt, chunk_cap=64)
+    calls_before_resume = len(rec.calls)
+    resumed.run()
+    whole = engine.prefill(rec, model.new_state(), prompt, chunk_cap=64)
+    whole.run()
+    resumed_cuts = [pos for s, _, pos in rec.calls[calls_before_resume:] if s is resumed.state]
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-003", k=k, n=n,
+        cancelled_pos=cancelled_pos, cancelled_state=cancelled_state, prefix_state=prefix_state,
+        whole_cuts=rec.cuts(whole.state), resumed_cuts=resumed_cuts,
+        resumed_state=resumed.state.digest(), whole_state=whole.state.digest(),
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-011")
+@pytest.mark.parametrize(("n", "marks"), [(75, "every"), (150, [1, 2, 3, 37, 100, 149]), (299, [65, 130, 191])])
+def test_cuts_off_the_grid_change_only_rounding(engine: Any, model: Any, n: int, marks: Any) -> None:
+    prompt = prompt_of(model, n, seed=7 * n)
+    _, uncut = one_call(model, prompt)
+    cut = engine.prefill(model, model.new_state(), prompt, chunk_cap=64,
+                         marks=range(1, n) if marks == "every" else marks, keep_logits=True)
+    cut.run()
+    diff = np.abs(np.concatenate(cut.chunk_logits) - uncut)
+    falsify.check("FALSIFY-SERVE-PREFILL-011", n=n, max_abs_diff=float(diff.max()),
+                  logits_scale=float(np.abs(uncut).max()))
