@@ -94,7 +94,7 @@ def _chunk(q, k, v, g, beta, S):  # type: ignore[no-untyped-def]
     k_beta = k * beta[:, :, None]
     T = np.tril((k_beta @ k.transpose(0, 2, 1)) * D, -1) + np.eye(C, dtype=np.float32)
     rhs = np.concatenate([v * beta[:, :, None], k_beta * np.exp(gc)[:, :, None]], axis=2)
-    solved = np.linalg.solve(T, rhs).astype(np.float32)
+    solved = rhs if C == 1 else np.linalg.solve(T, rhs).astype(np.float32)  # T = I for a single token
     u, w = solved[:, :, :v.shape[2]], solved[:, :, v.shape[2]:]
     v_new = u - w @ S  # [H, C, dv]
     o = (q * np.exp(gc)[:, :, None]) @ S + ((q @ k.transpose(0, 2, 1)) * D) @ v_new

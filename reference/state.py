@@ -154,17 +154,19 @@ class StreamState:
 
         Page ids never appear, so two streams with equal content but different pages serialise equally.
         """
+        arrays = self.arrays()
+        header = struct.pack("<4sIQIII", STATE_MAGIC, STATE_VERSION, self.pos, self.pool.page_shape[0],
+                             len(self.conv), len(self.recurrent))
+        return header + b"".join(_le_f32(a) for a in arrays)
+
+    def arrays(self) -> list[np.ndarray]:
+        """The tensors to_bytes() serialises, in its order: per attention layer K then V [pos, n_kv_heads,
+        head_dim], then every conv state [conv_dim, K], then every recurrent state [Hv, dk, dv]."""
         self._check_live()
-        n_attn = self.pool.page_shape[0]
-        header = struct.pack("<4sIQIII", STATE_MAGIC, STATE_VERSION, self.pos, n_attn, len(self.conv),
-                             len(self.recurrent))
-        parts = [header]
-        for layer in range(n_attn):
-            k, v = self.read_kv(layer, self.pos)
-            parts += [_le_f32(k), _le_f32(v)]
-        parts += [_le_f32(c) for c in self.conv]
-        parts += [_le_f32(s) for s in self.recurrent]
-        return b"".join(parts)
+        out: list[np.ndarray] = []
+        for layer in range(self.pool.page_shape[0]):
+            out += self.read_kv(layer, self.pos)
+        return out + list(self.conv) + list(self.recurrent)
 
     def digest(self) -> str:
         """sha256 hex of to_bytes()."""
