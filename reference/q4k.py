@@ -228,8 +228,9 @@ def _quantize_tile(x: np.ndarray) -> np.ndarray:  # f32[B, 256] -> u8[B, 144]
     # `uint8_t ls = nearest_int(...)` keeps the low 8 bits, then MIN(63, ls).
     ls = np.minimum(nearest_int(inv_scale[:, None] * scales) & 0xFF, 63).astype(np.uint8)
     lm = np.minimum(nearest_int(inv_min[:, None] * mins) & 0xFF, 63).astype(np.uint8)
-    d16 = (max_scale / np.float32(63.0)).astype(np.float16)
-    dmin16 = (max_min / np.float32(63.0)).astype(np.float16)
+    with np.errstate(over="ignore"):  # past fp16's 65504 the scales become inf; Q4_K.quantize rejects those
+        d16 = (max_scale / np.float32(63.0)).astype(np.float16)
+        dmin16 = (max_min / np.float32(63.0)).astype(np.float16)
 
     # Requantize against the rounded fp16 scales; a sub-block whose d*sc is 0 keeps make_qkx2_quants' L.
     d = d16.astype(np.float32)[:, None] * ls.astype(np.float32)  # [B, 8]
@@ -266,8 +267,12 @@ class Q4_K:
         x = _check_floats(x, "x", ndim=2)
         rows, cols = x.shape
         _check_cols(cols, f"x of shape {x.shape}")
-        blocks = quantize_blocks(x.reshape(-1, QK_K))
-        return blocks.reshape(rows, cols // QK_K * BLOCK_BYTES)
+        q = quantize_blocks(x.reshape(-1, QK_K)).reshape(rows, cols // QK_K * BLOCK_BYTES)
+        row = _first_nonfinite_row(q)
+        if row is not None:
+            raise ValueError(f"Q4_K.quantize: x of shape {x.shape} is too large for Q4_K's fp16 scales (d or "
+                             f"dmin overflows past 65504), first in row {row}: max |x| {np.abs(x[row]).max():g}")
+        return q
 
     @classmethod
     def dequantize(cls, q: np.ndarray) -> np.ndarray:  # u8[rows, nb * 144] -> f32[rows, nb * 256]
@@ -341,10 +346,14 @@ def _check_blocks(q: object) -> np.ndarray:
     if q.ndim != 2 or q.shape[1] % BLOCK_BYTES != 0 or q.shape[1] == 0:
         raise ValueError(f"Q4_K: weights must be [rows, n_blocks * {BLOCK_BYTES}] bytes, got shape {q.shape}")
     q = np.ascontiguousarray(q)
-    # A non-finite fp16 d or dmin makes every value of its block NaN or Inf.
-    heads = q.reshape(q.shape[0], -1, BLOCK_BYTES)[:, :, 0:4].copy().view(np.float16)
-    finite = np.isfinite(heads).all(axis=(1, 2))
-    if not finite.all():
-        row = int(np.argmin(finite))
+    row = _first_nonfinite_row(q)
+    if row is not None:
         raise ValueError(f"Q4_K: weights of shape {q.shape} have a NaN or Inf d/dmin, first in row {row}")
     return q
+
+
+def _first_nonfinite_row(q: np.ndarray) -> int | None:  # u8[rows, nb * 144] -> row index or None
+    """A non-finite fp16 d or dmin makes every value of its block NaN or Inf."""
+    heads = q.reshape(q.shape[0], -1, BLOCK_BYTES)[:, :, 0:4].copy().view(np.float16)
+    finite = np.isfinite(heads).all(axis=(1, 2))
+    return None if finite.all() else int(np.argmin(finite))
