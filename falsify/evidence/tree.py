@@ -111,10 +111,15 @@ def weights_files(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]:
         engine = engine_object(root, spec)
     except EngineError as exc:
         raise EvidenceError(str(exc)) from None
+    except Exception as exc:  # the engine's own code is what evidence is about: a broken file must not crash us
+        raise EvidenceError(f"engine {spec!r} cannot be made: {type(exc).__name__}: {exc}") from None
     locate = getattr(engine, "tiny_model_path", None)
     if locate is None:
         return [], f"engine {spec!r} has no tiny_model_path(): no weights recorded"
-    directory = Path(locate())
+    try:
+        directory = Path(locate())
+    except Exception as exc:
+        raise EvidenceError(f"engine {spec!r}: tiny_model_path() raised {type(exc).__name__}: {exc}") from None
     missing = [f for f in WEIGHT_FILES if not (directory / f).is_file()]
     if missing:
         raise EvidenceError(f"engine {spec!r}: tiny_model_path() gave a directory without {', '.join(missing)}")

@@ -49,7 +49,7 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
     results = {r["id"]: r["status"] for r in mutants.get("results", [])}
     killed = sorted(m for m, s in results.items() if s == KILLED)
     not_killed = sorted(m for m, s in results.items() if s != KILLED)
-    missing = sorted(set(declared) - set(results))
+    missing = sorted(set(declared) - set(results)) if mutants.get("run") else []
     if not mutants.get("run"):
         if declared:
             reasons.append(f"mutants not run ({len(declared)} declared): {mutants.get('reason', 'no mutant report')}")

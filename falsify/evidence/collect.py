@@ -1,0 +1,69 @@
+"""Getting the run results a bundle is made of: run the gate (and the mutant runner), or read their output."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS
+from falsify.evidence.mutation import load_report
+from falsify.evidence.tree import EvidenceError
+from falsify.project import Project
+from falsify.results import load_results
+
+# A bundle's statements must be the same bytes for the same tree: hypothesis runs derandomized with no database
+# (the plugin's "ci" profile), and hashing is seeded. A caller's explicit settings win.
+DETERMINISTIC_ENV = {"HYPOTHESIS_PROFILE": "ci", "PYTHONHASHSEED": "0"}
+
+
+def read_gate_dir(directory: Path) -> tuple[dict[str, Any], bytes]:
+    """results.json and junit.xml of a `falsify gate --out DIR` run."""
+    missing = [name for name in (RESULTS, JUNIT) if not (directory / name).is_file()]
+    if missing:
+        raise EvidenceError(f"{directory}: no {' or '.join(missing)} (expected the --out directory of "
+                            "`falsify gate`)")
+    return load_results(directory / RESULTS), (directory / JUNIT).read_bytes()
+
+
+def run_gate(project: Project, engine: str, pytest_args: list[str]) -> tuple[dict[str, Any], bytes, int]:
+    from falsify.gate import gate
+
+    for key, value in DETERMINISTIC_ENV.items():
+        os.environ.setdefault(key, value)
+    with tempfile.TemporaryDirectory(prefix="falsify-evidence-gate-") as tmp:
+        code = gate(project, engine=engine, out=Path(tmp), pytest_args=pytest_args)
+        if not (Path(tmp) / RESULTS).is_file():
+            raise EvidenceError("the gate wrote no results (see its output above): no evidence bundle written")
+        results, junit = read_gate_dir(Path(tmp))
+    return results, junit, code
+
+
+def find_mutation_report(directory: Path) -> Path | None:
+    for candidate in (directory / MUTATION_REPORT, directory / "mutants" / MUTATION_REPORT):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def runner_available() -> bool:
+    return importlib.util.find_spec("falsify.mutants") is not None
+
+
+def run_mutants(project: Project, engine: str) -> tuple[dict[str, Any] | None, str]:
+    """Run `falsify mutants` into a scratch dir and read its Stryker report; (None, why) when it cannot run."""
+    if not runner_available():
+        return None, "the mutant runner (falsify mutants) is not installed"
+    env = {**os.environ, **{k: os.environ.get(k, v) for k, v in DETERMINISTIC_ENV.items()}}
+    with tempfile.TemporaryDirectory(prefix="falsify-evidence-mutants-") as tmp:
+        cmd = [sys.executable, "-m", "falsify.cli", "mutants", "--engine", engine, "--out", tmp]
+        print(f"evidence: running the mutants: {' '.join(cmd[1:])}", flush=True)
+        proc = subprocess.run(cmd, cwd=project.root, env=env, check=False)
+        report = find_mutation_report(Path(tmp))
+        if report is None:
+            return None, f"`falsify mutants` exited {proc.returncode} without writing {MUTATION_REPORT}"
+        return load_report(report), ""

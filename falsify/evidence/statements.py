@@ -1,0 +1,218 @@
+"""From normalised run results and the working tree to the bundle's bytes: statements, then reports.
+
+`build` is a function of its arguments and the tree's files only: the same tree, results, environment and time
+give the same bytes, which is what `verify` relies on when it builds the bundle again and compares.
+Statements carry no durations and no absolute path; the one time field is `generatedAt` in the release-report
+statement (and the reports that show it). Set SOURCE_DATE_EPOCH to pin it too.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from falsify.corpus import Corpus
+from falsify.errors import FormulaError
+from falsify.evidence import (
+    CONTRACT_EVIDENCE_TYPE,
+    JUNIT,
+    MUTATION_REPORT,
+    RELEASE_REPORT_TYPE,
+    REPORT_HTML,
+    REPORT_MD,
+    RESULTS,
+    STATEMENT_TYPE,
+    STATEMENTS,
+    TEST_RESULT_TYPE,
+)
+from falsify.evidence.digests import canonical, descriptor, plain_json, pretty, scrub, sha256_bytes, sha256_file
+from falsify.evidence.mutation import MutantOutcome, normalise, outcomes
+from falsify.evidence.render import render_html, render_markdown
+from falsify.evidence.tree import Inputs, configuration_files, digest_files, source_files, weights_files
+from falsify.evidence.verdict import decide, junit_totals
+from falsify.results import PredictionResult, per_prediction
+
+# Packages whose versions the environment block names: the harness, the engine's numerics, the oracles.
+PACKAGES = ("falsify", "numpy", "pytest", "hypothesis", "jsonschema", "PyYAML", "safetensors", "libcst", "torch",
+            "transformers", "gguf")
+
+
+@dataclass(frozen=True, slots=True)
+class RunResults:
+    """One gate run (and optionally one mutant run), normalised: what the bundle's statements are derived from."""
+
+    results: dict[str, Any]  # falsify plugin results.json, durations dropped, paths relative
+    junit: bytes  # JUnit XML, durations/timestamp/hostname dropped
+    mutation_report: dict[str, Any] | None  # Stryker report, timings dropped; None when no mutant run
+    mutants_reason: str  # why there is no mutation report ("" when there is one)
+
+
+def normalise_results(results: dict[str, Any], root: Path) -> dict[str, Any]:
+    out = scrub(results, root)
+    for record in out.get("tests", {}).values():
+        record.pop("duration", None)
+    if "contracts" in out:
+        out["contracts"] = Path(out["contracts"]).as_posix()
+    result: dict[str, Any] = plain_json(out)
+    return result
+
+
+def normalise_junit(xml: bytes, root: Path) -> bytes:
+    """Drop what differs between two runs of the same tree: time, timestamp, hostname; make paths relative."""
+    tree = ET.fromstring(xml)
+    for element in tree.iter():
+        for key in ("time", "timestamp", "hostname"):
+            element.attrib.pop(key, None)
+    text = ET.tostring(tree, encoding="unicode")
+    text = scrub(text, root)
+    return ('<?xml version="1.0" encoding="utf-8"?>\n' + text + "\n").encode()
+
+
+def environment() -> dict[str, Any]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "packages": versions,
+        "machine": {"system": platform.system(), "release": platform.release(), "arch": platform.machine()},
+    }
+
+
+def statement(subject: list[dict[str, Any]], predicate_type: str, predicate: dict[str, Any]) -> dict[str, Any]:
+    return {"_type": STATEMENT_TYPE, "subject": subject, "predicateType": predicate_type, "predicate": predicate}
+
+
+def build(root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict[str, Any],
+          generated_at: str) -> dict[str, bytes]:
+    """Every file of the bundle, name -> bytes."""
+    files: dict[str, bytes] = {JUNIT: run.junit, RESULTS: pretty(run.results).encode()}
+    if run.mutation_report is not None:
+        files[MUTATION_REPORT] = pretty(normalise(run.mutation_report)).encode()
+    reports = [descriptor(name, sha256_bytes(files[name])) for name in sorted(files)]
+
+    rows = per_prediction(corpus, run.results)
+    mutants = outcomes(run.mutation_report, corpus, run.results) if run.mutation_report is not None else []
+    mutant_summary = {"run": run.mutation_report is not None, "reason": run.mutants_reason,
+                      "declared": [m.id for m in corpus.mutants], "results": [m.as_json() for m in mutants]}
+    verdict = decide([r.outcome.value for r in rows], junit_totals(run.junit), mutant_summary)
+
+    weights, weights_note = weights_files(root, inputs.engine)
+    subjects = digest_files(root, [(name, "engine-source") for name in source_files(root, inputs.sources)])
+    subjects += [descriptor(name, sha256_file(path), **{"falsify.role": "weights"}) for name, path in weights]
+    configuration = digest_files(root, configuration_files(root, inputs))
+
+    tests = run.results.get("tests", {})
+    by_outcome: dict[str, list[str]] = {"passed": [], "failed": [], "error": [], "skipped": [], "not run": []}
+    for nid, record in sorted(tests.items()):
+        by_outcome.setdefault(record.get("outcome", "not run"), []).append(nid)
+    gate_ok = _gate_ok(verdict)
+    test_result = statement(subjects, TEST_RESULT_TYPE, {
+        "result": "PASSED" if gate_ok else "FAILED",
+        "configuration": configuration,
+        "passedTests": by_outcome["passed"],
+        "warnedTests": [],
+        "failedTests": by_outcome["failed"] + by_outcome["error"],
+        # Extension fields (consumers ignore unknown fields, in-toto parsing rules):
+        "skippedTests": by_outcome["skipped"],
+        "reports": [d for d in reports if d["name"] in (JUNIT, RESULTS)],
+    })
+
+    contract_evidence = statement(subjects, CONTRACT_EVIDENCE_TYPE, {
+        "inputs": inputs.as_json(),
+        "verdict": verdict,
+        "contracts": [_contract_entry(root, c) for c in corpus.contracts],
+        "predictions": [_prediction_entry(root, corpus, r, mutants) for r in rows],
+        "mutants": {"run": mutant_summary["run"], "reason": run.mutants_reason,
+                    "declared": sorted(mutant_summary["declared"]), "results": mutant_summary["results"]},
+        "weights": weights_note,
+        "reports": reports,
+        "environment": env,
+    })
+    lines = [canonical(test_result), canonical(contract_evidence)]
+    # Reports are rendered from the statements as written (keys sorted), exactly what `verify` reads back.
+    test_result, contract_evidence = (json.loads(line) for line in lines)
+    files[REPORT_MD] = render_markdown(test_result, contract_evidence, generated_at).encode()
+    files[REPORT_HTML] = render_html(test_result, contract_evidence, generated_at).encode()
+    release = statement(
+        [descriptor(name, sha256_bytes(files[name])) for name in (REPORT_HTML, REPORT_MD)],
+        RELEASE_REPORT_TYPE,
+        {"generatedAt": generated_at, "decision": verdict["decision"], "summary": verdict["summary"],
+         "statements": [{"line": i + 1, "predicateType": t, "digest": {"sha256": sha256_bytes(line.encode())}}
+                        for i, (t, line) in enumerate(zip((TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE), lines,
+                                                          strict=True))]},
+    )
+    lines.append(canonical(release))
+    files[STATEMENTS] = ("\n".join(lines) + "\n").encode()
+    return files
+
+
+def _gate_ok(verdict: dict[str, Any]) -> bool:
+    """The falsifier side of the verdict alone (test-result's PASSED/FAILED): predictions and JUnit, not mutants."""
+    p, t = verdict["predictions"], verdict["tests"]
+    return (p["total"] > 0 and p["PASS"] > 0 and not (p["FAIL"] or p["ERROR"] or p["NOT RUN"])
+            and not (t["failures"] or t["errors"]))
+
+
+def _rel(root: Path, file: str) -> str:
+    path = Path(file)
+    if path.is_absolute():
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    return path.as_posix()
+
+
+def _contract_entry(root: Path, c: Any) -> dict[str, Any]:
+    return {"id": c.id, "version": c.version, "title": c.title, "file": _rel(root, c.file),
+            "digest": {"sha256": c.sha256}}
+
+
+def _prediction_entry(root: Path, corpus: Corpus, r: PredictionResult, mutants: list[MutantOutcome]) -> dict[str, Any]:
+    p = corpus.predictions[r.id]
+    contract = corpus.contract_of(r.id)
+    values = scrub(plain_json(r.values), root) if r.values is not None else None
+    costs = []
+    for c in contract.costs:
+        if c.checked_by != r.id:
+            continue
+        measured = {n: values[n] for n in c.formula.names if values and n in values}
+        held: bool | None = None
+        if len(measured) == len(c.formula.names):
+            try:
+                result = c.formula.evaluate(measured)
+                held = result if isinstance(result, bool) else None
+            except FormulaError:
+                held = None
+        costs.append({"name": c.name, "formula": c.formula.source, "per": c.per, "unit": c.unit,
+                      "measured": measured, "held": held})
+    by_id = {m.id: m for m in mutants}
+    declared = []
+    for mid in p.mutants:
+        m = by_id.get(mid)
+        declared.append({"id": mid, "status": m.status if m else "NOT RUN",
+                         "diffDigest": {"sha256": m.diff_sha256} if m else None})
+    killed = [{"id": m.id, "diffDigest": {"sha256": m.diff_sha256}} for m in mutants if r.id in m.killed]
+    return {
+        "id": r.id,
+        "contract": contract.id,
+        "contractDigest": {"sha256": contract.sha256},
+        "claim": p.claim,
+        "formula": p.formula.source,
+        "tests": list(r.tests),
+        "failingTests": list(r.failing_tests),
+        "outcome": r.outcome.value,
+        "detail": scrub(r.detail, root),
+        "checks": r.checks,
+        "values": values,
+        "costs": costs,
+        "mutants": declared,
+        "mutantsKilled": killed,
+    }

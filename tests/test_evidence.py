@@ -1,0 +1,365 @@
+"""`falsify evidence` / `falsify verify` end to end on a throwaway project in a tmp dir: the real gate, real
+pytest, real digests. Tampering happens only in tmp copies, never in this checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from falsify.evidence import (
+    CONTRACT_EVIDENCE_TYPE,
+    JUNIT,
+    MUTATION_REPORT,
+    RELEASE_REPORT_TYPE,
+    REPORT_HTML,
+    REPORT_MD,
+    RESULTS,
+    STATEMENTS,
+    TEST_RESULT_TYPE,
+)
+from falsify.cli import main
+from falsify.evidence.verify import shape_problems
+
+ENGINE = "tinyengine.engine:TinyEngine"
+Verify = Callable[..., tuple[int, str]]
+
+FILES = {
+    "pyproject.toml": """
+        [project]
+        name = "tinyproj"
+        version = "0"
+
+        [tool.falsify]
+        contracts = "contracts"
+        mutants = "mutants"
+        tests = "tests"
+
+        [tool.pytest.ini_options]
+        falsify_contracts = "contracts"
+        """,
+    "tox.ini": """
+        [tox]
+        env_list = py
+        """,
+    "contracts/tiny-add-v1.yaml": """
+        contract: tiny-add-v1
+        version: 1.0.0
+        title: Adding two small ints
+        description: The engine adds two ints and reports how many operations it spent.
+        references: ["https://docs.python.org/3/library/operator.html"]
+        observables:
+          total: {meaning: the sum the engine returned, type: int}
+          extra_ops: {meaning: operations beyond the one add, type: int, unit: ops}
+        predictions:
+          - id: FALSIFY-TINY-ADD-001
+            claim: The engine returns a + b.
+            formula: total == a + b
+            domain:
+              a: {type: int, min: 0, max: 9}
+              b: {type: int, min: 0, max: 9}
+            if_fails: the add is off
+            mutants: [add-off-by-one]
+          - id: FALSIFY-TINY-ADD-002
+            claim: An add costs no extra operation.
+            formula: extra_ops <= 0
+            domain: {}
+            if_fails: the engine does work it throws away
+        costs:
+          - {name: extra_ops, formula: extra_ops <= 0, per: add, unit: ops, checked_by: FALSIFY-TINY-ADD-002}
+        """,
+    "mutants/add-off-by-one.yaml": """
+        id: add-off-by-one
+        description: The sum is one too large.
+        file: tinyengine/engine.py
+        function: TinyEngine.add
+        op: replace
+        statement: "total = a + b"
+        replacement: "total = a + b + 1"
+        kills: [FALSIFY-TINY-ADD-001]
+        """,
+    "tinyengine/__init__.py": "",
+    "tinyengine/engine.py": """
+        from pathlib import Path
+
+
+        class TinyEngine:
+            name = "tiny"
+
+            def supports(self, capability):
+                return None
+
+            def add(self, a, b):
+                total = a + b
+                return total, 0
+
+            def tiny_model_path(self):
+                return Path(__file__).resolve().parents[2] / "cache" / "tiny-0"
+        """,
+    "tests/test_add.py": """
+        import falsify
+        import pytest
+
+
+        @pytest.mark.falsifies("FALSIFY-TINY-ADD-001", "FALSIFY-TINY-ADD-002")
+        def test_add(engine):
+            for a, b in [(1, 2), (5, 7), (0, 9)]:
+                total, extra_ops = engine.add(a, b)
+                falsify.check("FALSIFY-TINY-ADD-001", total=total, a=a, b=b)
+                falsify.check("FALSIFY-TINY-ADD-002", extra_ops=extra_ops)
+        """,
+}
+
+
+def make_project(base: Path) -> Path:
+    """base/proj (the project) and base/cache/tiny-0 (its weights, outside the tree like the real cache)."""
+    root = base / "proj"
+    for name, text in FILES.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+    weights = base / "cache" / "tiny-0"
+    weights.mkdir(parents=True)
+    (weights / "config.json").write_text('{"vocab_size": 8}\n', encoding="utf-8")
+    (weights / "model.safetensors").write_bytes(bytes(range(256)) * 4)
+    return root
+
+
+def stryker_report(status: str = "Killed") -> dict[str, object]:
+    """A mutation-testing-report (Stryker schema v2) as `falsify mutants` writes one for the tiny project."""
+    return {
+        "schemaVersion": "2",
+        "thresholds": {"high": 100, "low": 100},
+        "projectRoot": "/somewhere/else",
+        "files": {"tinyengine/engine.py": {"language": "python", "source": "...", "mutants": [{
+            "id": "add-off-by-one", "mutatorName": "replace", "replacement": "total = a + b + 1",
+            "location": {"start": {"line": 10, "column": 9}, "end": {"line": 10, "column": 26}},
+            "status": status, "killedBy": ["tests/test_add.py::test_add"] if status == "Killed" else [],
+            "duration": 123.4}]}},
+        "testFiles": {"tests/test_add.py": {"tests": [{"id": "tests/test_add.py::test_add", "name":
+                                                       "tests/test_add.py::test_add"}]}},
+        "performance": {"setup": 1, "initialRun": 2, "mutation": 3},
+    }
+
+
+def falsify_cli(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", **(env or {})}
+    full_env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run([sys.executable, "-m", "falsify.cli", *args], cwd=root, env=full_env, text=True,
+                          capture_output=True, timeout=240, check=False)
+
+
+@pytest.fixture
+def verify(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Verify:
+    """`falsify verify` in this process (fast): exit code and output, run from the project root given."""
+
+    def run(root: Path, *args: str) -> tuple[int, str]:
+        # Each tmp copy has its own `tinyengine`; drop the one a previous copy imported.
+        for name in [m for m in sys.modules if m == "tinyengine" or m.startswith("tinyengine.")]:
+            del sys.modules[name]
+        monkeypatch.chdir(root)
+        capsys.readouterr()
+        code = main(["verify", *args])
+        out = capsys.readouterr()
+        return code, out.out + out.err
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One project and one bundle (with a killed-mutant report), written once for the module; tests copy it."""
+    base = tmp_path_factory.mktemp("evidence")
+    root = make_project(base)
+    (base / "stryker.json").write_text(json.dumps(stryker_report()), encoding="utf-8")
+    proc = falsify_cli(root, "gate", "--engine", ENGINE, "--out", ".falsify/gate")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = falsify_cli(root, "evidence", "--out", "evidence", "--engine", ENGINE, "--sources", "tinyengine/**/*.py",
+                       "--from", ".falsify/gate", "--mutants-report", str(base / "stryker.json"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return base
+
+
+@pytest.fixture
+def copy(built: Path, tmp_path: Path) -> Path:
+    """A private copy of project, weights and bundle: tampering cannot leak into other tests."""
+    shutil.copytree(built, tmp_path / "c")
+    return tmp_path / "c"
+
+
+def statements(bundle: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (bundle / STATEMENTS).read_text(encoding="utf-8").splitlines()]
+
+
+def test_bundle_has_every_file_and_three_in_toto_statements(built: Path) -> None:
+    bundle = built / "proj" / "evidence"
+    assert sorted(p.name for p in bundle.iterdir()) == sorted(
+        [STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML])
+    stmts = statements(bundle)
+    assert [s["predicateType"] for s in stmts] == [TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE, RELEASE_REPORT_TYPE]
+    for s in stmts:
+        assert shape_problems(s) == []
+        assert s["_type"] == "https://in-toto.io/Statement/v1"
+        for subject in s["subject"]:
+            assert len(subject["digest"]["sha256"]) == 64
+    # No absolute path anywhere in the bundle: not the project's, not the weights cache's.
+    for path in bundle.iterdir():
+        text = path.read_text(encoding="utf-8")
+        assert str(built) not in text, path.name
+
+
+def test_shape_check_rejects_what_is_not_a_statement() -> None:
+    good = {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": "a", "digest": {"sha256": "0" * 64}}],
+            "predicateType": "https://example.com/p/v1", "predicate": {}}
+    assert shape_problems(good) == []
+    assert shape_problems({**good, "_type": "https://in-toto.io/Statement/v0.1"})
+    assert shape_problems({**good, "subject": []})
+    assert shape_problems({**good, "subject": [{"name": "a", "digest": {"sha256": "xyz"}}]})
+    assert shape_problems({k: v for k, v in good.items() if k != "predicate"})
+
+
+def test_test_result_statement(built: Path) -> None:
+    test_result = statements(built / "proj" / "evidence")[0]
+    p = test_result["predicate"]
+    assert p["result"] == "PASSED"
+    assert p["passedTests"] == ["tests/test_add.py::test_add"] and p["failedTests"] == []
+    config = {d["name"] for d in p["configuration"]}
+    assert {"contracts/tiny-add-v1.yaml", "mutants/add-off-by-one.yaml", "tox.ini", "pyproject.toml",
+            "tests/test_add.py"} == config
+    subjects = {d["name"]: d["annotations"]["falsify.role"] for d in test_result["subject"]}
+    assert subjects == {"tinyengine/__init__.py": "engine-source", "tinyengine/engine.py": "engine-source",
+                        "tiny-0/config.json": "weights", "tiny-0/model.safetensors": "weights"}
+    assert {d["name"] for d in p["reports"]} == {JUNIT, RESULTS}
+
+
+def test_contract_evidence_statement(built: Path) -> None:
+    ev = statements(built / "proj" / "evidence")[1]["predicate"]
+    assert ev["verdict"]["decision"] == "GO", ev["verdict"]
+    rows = {p["id"]: p for p in ev["predictions"]}
+    add, cost = rows["FALSIFY-TINY-ADD-001"], rows["FALSIFY-TINY-ADD-002"]
+    assert add["outcome"] == "PASS" and add["formula"] == "total == a + b"
+    assert add["tests"] == ["tests/test_add.py::test_add"] and add["checks"] == 3
+    assert add["values"] == {"total": 9, "a": 0, "b": 9}
+    assert [m["id"] for m in add["mutantsKilled"]] == ["add-off-by-one"]
+    assert cost["mutantsKilled"] == [] and cost["costs"] == [
+        {"name": "extra_ops", "formula": "extra_ops <= 0", "per": "add", "unit": "ops", "measured": {"extra_ops": 0},
+         "held": True}]
+    import hashlib
+
+    contract = built / "proj" / "contracts" / "tiny-add-v1.yaml"
+    assert add["contractDigest"]["sha256"] == hashlib.sha256(contract.read_bytes()).hexdigest()
+    assert ev["mutants"]["run"] is True
+    assert ev["mutants"]["results"][0]["status"] == "Killed"
+    # Timings are not evidence: the bundle's copies of the reports carry none.
+    report = json.loads((built / "proj" / "evidence" / MUTATION_REPORT).read_text(encoding="utf-8"))
+    assert "performance" not in report and "duration" not in json.dumps(report)
+    assert report["projectRoot"] == "."
+    assert 'time="' not in (built / "proj" / "evidence" / JUNIT).read_text(encoding="utf-8")
+
+
+def test_untouched_tree_verifies(copy: Path) -> None:
+    """Through the real command line once; the other verify tests run it in-process."""
+    proc = falsify_cli(copy / "proj", "verify", "evidence", "--require-go")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verify: OK" in proc.stdout and "GO —" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["tinyengine/engine.py", "contracts/tiny-add-v1.yaml", "evidence/REPORT.md",
+                                  "evidence/report.html", "evidence/junit.xml", "evidence/results.json",
+                                  "evidence/mutation-report.json", "../cache/tiny-0/model.safetensors", "tox.ini"])
+def test_one_changed_byte_fails_verify_naming_the_file(copy: Path, name: str, verify: Verify) -> None:
+    path = copy / "proj" / name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    code, out = verify(copy / "proj", "evidence")
+    assert code == 1, out
+    shown = name.removeprefix("evidence/").removeprefix("../cache/")
+    assert f"  {shown}: sha256 changed" in out, out
+
+
+def test_an_added_engine_source_fails_verify(copy: Path, verify: Verify) -> None:
+    (copy / "proj" / "tinyengine" / "extra.py").write_text("X = 1\n", encoding="utf-8")
+    code, out = verify(copy / "proj", "evidence")
+    assert code == 1
+    assert "tinyengine/extra.py: engine source not in the evidence" in out, out
+
+
+def test_an_edited_statement_fails_verify(copy: Path, verify: Verify) -> None:
+    """Claiming a FAIL passed in the statements, even with the report digest fixed up, is caught by the rebuild."""
+    bundle = copy / "proj" / "evidence"
+    lines = (bundle / STATEMENTS).read_text(encoding="utf-8").splitlines()
+    edited = lines[1].replace('"checks":3', '"checks":4')
+    assert edited != lines[1]
+    (bundle / STATEMENTS).write_text("\n".join([lines[0], edited, lines[2]]) + "\n", encoding="utf-8")
+    code, out = verify(copy / "proj", "evidence")
+    assert code == 1
+    assert f"{STATEMENTS} line 2: sha256 changed" in out
+    assert "predictions[0].checks: recorded 4, re-derived 3" in out, out
+
+
+def test_same_tree_gives_same_bytes(copy: Path) -> None:
+    """A second run, this time running the gate itself, writes byte-identical statements (with SOURCE_DATE_EPOCH
+    pinning the one time field, identical files)."""
+    root = copy / "proj"
+    proc = falsify_cli(root, "evidence", "--out", "again", "--engine", ENGINE, "--sources", "tinyengine/**/*.py",
+                       "--mutants-report", str(copy / "stryker.json"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in (STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML):
+        assert (root / "again" / name).read_bytes() == (root / "evidence" / name).read_bytes(), name
+
+
+def test_mutants_not_run_is_said_and_is_no_go(copy: Path, verify: Verify) -> None:
+    root = copy / "proj"
+    proc = falsify_cli(root, "evidence", "--out", "nomut", "--engine", ENGINE, "--sources", "tinyengine/**/*.py",
+                       "--from", ".falsify/gate")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "mutants NOT RUN" in proc.stdout
+    ev = statements(root / "nomut")[1]["predicate"]
+    assert ev["verdict"]["decision"] == "NO-GO"
+    assert ev["verdict"]["mutants"] == {"run": False, "declared": 1, "ran": 0, "killed": 0, "notKilled": [],
+                                        "missing": []}
+    assert all(p["mutantsKilled"] == [] for p in ev["predictions"])
+    assert ev["predictions"][0]["mutants"] == [{"id": "add-off-by-one", "status": "NOT RUN", "diffDigest": None}]
+    assert "NOT RUN" in (root / "nomut" / REPORT_MD).read_text(encoding="utf-8")
+    assert MUTATION_REPORT not in {p.name for p in (root / "nomut").iterdir()}
+    assert verify(root, "nomut")[0] == 0
+    assert verify(root, "nomut", "--require-go")[0] == 1
+
+
+def test_survivor_and_falsified_prediction_are_no_go(copy: Path, verify: Verify) -> None:
+    """A real falsification: the engine's add is broken in the copy; the gate fails and the bundle says so."""
+    root = copy / "proj"
+    engine = root / "tinyengine" / "engine.py"
+    engine.write_text(engine.read_text(encoding="utf-8").replace("total = a + b", "total = a + b + 1"),
+                      encoding="utf-8")
+    (copy / "survived.json").write_text(json.dumps(stryker_report("Survived")), encoding="utf-8")
+    proc = falsify_cli(root, "evidence", "--out", "red", "--engine", ENGINE, "--sources", "tinyengine/**/*.py",
+                       "--mutants-report", str(copy / "survived.json"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stmts = statements(root / "red")
+    assert stmts[0]["predicate"]["result"] == "FAILED"
+    assert stmts[0]["predicate"]["failedTests"] == ["tests/test_add.py::test_add"]
+    ev = stmts[1]["predicate"]
+    rows = {p["id"]: p for p in ev["predictions"]}
+    assert rows["FALSIFY-TINY-ADD-001"]["outcome"] == "FAIL"
+    assert rows["FALSIFY-TINY-ADD-001"]["values"] == {"total": 4, "a": 1, "b": 2}
+    assert "total == a + b" in rows["FALSIFY-TINY-ADD-001"]["detail"]
+    assert ev["verdict"]["decision"] == "NO-GO"
+    assert "1 of 2 predictions FAIL" in ev["verdict"]["reasons"]
+    assert "1 of 1 mutants not killed: add-off-by-one (Survived)" in ev["verdict"]["reasons"]
+    assert verify(root, "red")[0] == 0
+
+
+def test_verify_on_a_directory_that_is_not_a_bundle(copy: Path, verify: Verify) -> None:
+    (copy / "proj" / "empty").mkdir()
+    code, out = verify(copy / "proj", "empty")
+    assert code == 2
+    assert "evidence.intoto.jsonl: no such file" in out
