@@ -165,9 +165,17 @@ class Session:
         return logits
 
     def _prefill(self, prompt: list[int]) -> tuple[np.ndarray, int]:  # [T] -> [vocab], forward calls
-        """Run the model over `prompt` on this session's state: the logits after its last token."""
-        logits = self.model.forward(np.asarray(prompt, dtype=np.int64), self.state)
-        return logits[-1], 1
+        """Run the model over `prompt` on this session's state: the logits after its last token.
+
+        One stepped-prefill pass (reference.prefill, the chunk body the lane host steps) whose chunk cap
+        covers the whole suffix: alone, nothing runs between chunks, so it is one forward call.
+        """
+        from reference.prefill import Prefill
+
+        cap = -(-len(prompt) // self.model.config.chunk_size) * self.model.config.chunk_size
+        whole = Prefill.open(self.model, self.state, [*self.history, *prompt], chunk_cap=cap)
+        whole.run()
+        return whole.logits, whole.chunks_run
 
     def _decode(self, token: int, meter: _Meter) -> np.ndarray:  # -> [vocab]
         """One decode forward: feed back the previously emitted token."""
