@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import struct
 import textwrap
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from falsify.cli import main
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
     JUNIT,
@@ -25,7 +29,6 @@ from falsify.evidence import (
     STATEMENTS,
     TEST_RESULT_TYPE,
 )
-from falsify.cli import main
 from falsify.evidence.verify import shape_problems
 
 ENGINE = "tinyengine.engine:TinyEngine"
@@ -363,3 +366,47 @@ def test_verify_on_a_directory_that_is_not_a_bundle(copy: Path, verify: Verify) 
     code, out = verify(copy / "proj", "empty")
     assert code == 2
     assert "evidence.intoto.jsonl: no such file" in out
+
+
+CHROMIUM = next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
+                None)
+
+
+def png_pixels(data: bytes) -> tuple[int, int, bytes]:
+    """Width, height and the inflated scanlines (filter bytes included) of a PNG."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    idat, pos = b"", 8
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    return width, height, zlib.decompress(idat)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install -y chromium); "
+                    ".ci/run installs it")
+def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: Path) -> None:
+    page = built / "proj" / "evidence" / REPORT_HTML
+    html = page.read_text(encoding="utf-8")
+    # One file, nothing fetched: no external src/href, no @import or url() in the CSS, no script.
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", html)
+    assert "@import" not in html and "url(" not in html and "<script" not in html
+    assert CHROMIUM is not None
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    shot = tmp_path / "report.png"
+    subprocess.run([*flags, "--window-size=1280,1000", f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                   timeout=120, check=True)
+    width, height, pixels = png_pixels(shot.read_bytes())
+    assert (width, height) == (1280, 1000)
+    assert len(set(pixels)) > 16, "the screenshot is blank"
+    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    verdict = re.search(r'<div class="verdict go" id="verdict"><div class="word">(.*?)</div>', dom)
+    assert verdict and verdict.group(1) == "GO", dom[:2000]
+    text = " ".join(re.sub(r"<[^>]+>", " ", dom).split())
+    assert "2 of 2 predictions passed" in text and "1 of 1 mutants killed" in text
+    assert "FALSIFY-TINY-ADD-001 tiny-add-v1 PASS" in text
+    assert "add-off-by-one Killed tinyengine/engine.py FALSIFY-TINY-ADD-001" in text

@@ -27,7 +27,7 @@ HELP = {
 }
 
 
-def add_parser(sub: argparse._SubParsersAction, name: str | None = None) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str | None = None) -> None:
     """Register `name` (evidence or verify). cli.main calls this for the command being run only, after the
     commands listed before it in COMMANDS (evidence before verify); without `name`, the first of the two not yet
     registered is the one being run."""

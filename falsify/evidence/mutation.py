@@ -1,9 +1,8 @@
 """The mutant run as evidence: read a Stryker mutation-testing-report (schema
 https://github.com/stryker-mutator/mutation-testing-elements, report schema v1/v2) into one record per mutant.
 
-Which predictions a mutant turned red comes from the report's `killedBy` test ids: a test id that is a prediction
-id counts as itself; otherwise the test's name is looked up among the falsifier tests (results.json) and the
-predictions it is bound to count, limited to the ones the mutant declares in `kills`.
+Which predictions a mutant turned red: the "red: ..." line `falsify mutants` writes in statusReason; failing that,
+the predictions bound (results.json) to the report's `killedBy` tests, limited to the mutant's `kills`.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from falsify.corpus import Corpus
+from falsify.corpus import Corpus, Mutant
 from falsify.evidence.digests import canonical, sha256_bytes
 from falsify.evidence.tree import EvidenceError
 
@@ -26,7 +25,7 @@ class MutantOutcome:
     id: str
     status: str  # Stryker's: Killed, Survived, NoCoverage, Timeout, RuntimeError, CompileError, Ignored, Pending
     file: str
-    diff_sha256: str  # of the mutant's diff when the report carries one, else of {file, location, replacement}
+    diff_sha256: str  # of the unified diff it makes to the tree; else of the report's {file, location, replacement}
     killed: tuple[str, ...]  # prediction ids that turned red
 
     def as_json(self) -> dict[str, Any]:
@@ -60,13 +59,13 @@ def normalise(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def outcomes(report: dict[str, Any], corpus: Corpus, results: dict[str, Any]) -> list[MutantOutcome]:
+def outcomes(report: dict[str, Any], corpus: Corpus, results: dict[str, Any], root: Path) -> list[MutantOutcome]:
     test_names: dict[str, str] = {}
     for test_file in (report.get("testFiles") or {}).values():
         for t in test_file.get("tests", []):
             test_names[str(t["id"])] = str(t.get("name", t["id"]))
     bound = {nid: r.get("predictions", []) for nid, r in results.get("tests", {}).items()}
-    declared_kills = {m.id: set(m.kills) for m in corpus.mutants}
+    specs = {m.id: m for m in corpus.mutants}
     out = []
     for file_name, entry in sorted(report["files"].items()):
         for m in entry.get("mutants", []):
@@ -74,22 +73,46 @@ def outcomes(report: dict[str, Any], corpus: Corpus, results: dict[str, Any]) ->
                 mid, status = str(m["id"]), str(m["status"])
             except KeyError as exc:
                 raise EvidenceError(f"mutation report: a mutant in {file_name} has no {exc}") from None
-            diff = m.get("diff")
-            if isinstance(diff, str):
-                digest = sha256_bytes(diff.encode())
-            else:
-                digest = sha256_bytes(canonical({"file": file_name, "location": m.get("location"),
-                                                 "replacement": m.get("replacement", "")}).encode())
+            digest = diff_digest(root, specs.get(mid)) or sha256_bytes(canonical(
+                {"file": file_name, "location": m.get("location"), "replacement": m.get("replacement", "")}).encode())
             killed: set[str] = set()
             if status == "Killed":
-                for test_id in m.get("killedBy", []) or []:
-                    name = test_names.get(str(test_id), str(test_id))
-                    killed |= {name} if name.startswith("FALSIFY-") else set(bound.get(name, []))
-                if mid in declared_kills:
-                    killed &= declared_kills[mid]
+                killed = _red_from_reason(m.get("statusReason", ""))
+                if not killed:
+                    for test_id in m.get("killedBy", []) or []:
+                        for name in (str(test_id), test_names.get(str(test_id), "")):
+                            killed |= {name} if name.startswith("FALSIFY-") else set(bound.get(name, []))
+                    if mid in specs:  # a failing test may check several predictions: credit only the listed
+                        killed &= set(specs[mid].kills)
             out.append(MutantOutcome(mid, status, file_name, digest, tuple(sorted(killed))))
     ids = [o.id for o in out]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise EvidenceError(f"mutation report: mutant id(s) {', '.join(dupes)} appear more than once")
     return sorted(out, key=lambda o: o.id)
+
+
+def _red_from_reason(reason: str) -> set[str]:
+    """`falsify mutants` writes statusReason as "red: P1, P2; listed but green: P3\n<detail>" for a kill."""
+    first = reason.split("\n", 1)[0]
+    if not first.startswith("red: "):
+        return set()
+    return {p.strip() for p in first[len("red: "):].split(";", 1)[0].split(",") if p.strip().startswith("FALSIFY-")}
+
+
+def diff_digest(root: Path, spec: Mutant | None) -> str | None:
+    """sha256 of the unified diff the mutant makes to the tree's file, computed with the mutant runner's own
+    edits (falsify.mutants.edits); None when that is not installed or the mutant does not apply."""
+    if spec is None:
+        return None
+    try:
+        from falsify.mutants.edits import Edit, apply
+    except ImportError:
+        return None
+    try:
+        source = (root / spec.file).read_text(encoding="utf-8")
+        applied = apply(source, Edit(spec.function, spec.op, spec.statement, spec.anchor, spec.where,
+                                     spec.replacement), spec.file)
+        return sha256_bytes(applied.diff(spec.file).encode())
+    except Exception:  # a stale or broken mutant (or a tampered file) has no diff; the report's edit stands in
+        return None

@@ -65,7 +65,7 @@ def render_markdown(test_result: dict[str, Any], evidence_stmt: dict[str, Any], 
         f"Generated {generated_at} on engine `{ev['inputs']['engine']}`. Verify with `falsify verify <this directory>` "
         "from the project root; `evidence.intoto.jsonl` holds the in-toto statements this report is rendered from.",
         "",
-        "| | denominators |",
+        "| part | denominators |",
         "| --- | --- |",
         f"| predictions | {_outcome_counts(verdict)} |",
         f"| falsifier tests (JUnit) | {_test_counts(verdict)} |",
@@ -131,6 +131,11 @@ code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font
 """
 
 
+def _without_word(verdict: dict[str, Any]) -> str:
+    """The summary without its leading GO/NO-GO, which the banner already shows in large type."""
+    return verdict["summary"].removeprefix(verdict["decision"]).lstrip(" —")
+
+
 def _cls(word: str) -> str:
     return escape(word.replace(" ", ""))
 
@@ -145,14 +150,14 @@ def render_html(test_result: dict[str, Any], evidence_stmt: dict[str, Any], gene
          f"<title>Release evidence: {e(verdict['decision'])}</title><style>{_CSS}</style></head><body>",
          "<h1>Release evidence</h1>",
          f'<div class="verdict {"go" if go else "nogo"}" id="verdict"><div class="word">{e(verdict["decision"])}</div>',
-         f'<div class="summary">{e(verdict["summary"])}</div>']
+         f'<div class="summary">{e(_without_word(verdict))}</div>']
     if verdict["reasons"]:
         h.append("<ul>" + "".join(f"<li>{e(r)}</li>" for r in verdict["reasons"]) + "</ul>")
     h += ["</div>",
           f'<p class="muted">Generated {e(generated_at)} on engine <code>{e(ev["inputs"]["engine"])}</code>. '
           "Verify with <code>falsify verify DIR</code> from the project root; <code>evidence.intoto.jsonl</code> "
           "holds the in-toto statements this page is rendered from.</p>",
-          "<table><tr><th>denominators</th><th></th></tr>",
+          "<table><tr><th>part</th><th>denominators</th></tr>",
           f"<tr><td>predictions</td><td>{e(_outcome_counts(verdict))}</td></tr>",
           f"<tr><td>falsifier tests (JUnit)</td><td>{e(_test_counts(verdict))}</td></tr>",
           f'<tr><td>mutants</td><td>{e(_mutant_counts(verdict, ev))}</td></tr>',

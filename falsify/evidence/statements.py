@@ -30,7 +30,15 @@ from falsify.evidence import (
     STATEMENTS,
     TEST_RESULT_TYPE,
 )
-from falsify.evidence.digests import canonical, descriptor, plain_json, pretty, scrub, sha256_bytes, sha256_file
+from falsify.evidence.digests import (
+    canonical,
+    descriptor,
+    plain_json,
+    pretty,
+    scrub,
+    sha256_bytes,
+    sha256_file,
+)
 from falsify.evidence.mutation import MutantOutcome, normalise, outcomes
 from falsify.evidence.render import render_html, render_markdown
 from falsify.evidence.tree import Inputs, configuration_files, digest_files, source_files, weights_files
@@ -101,9 +109,10 @@ def build(root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict
     reports = [descriptor(name, sha256_bytes(files[name])) for name in sorted(files)]
 
     rows = per_prediction(corpus, run.results)
-    mutants = outcomes(run.mutation_report, corpus, run.results) if run.mutation_report is not None else []
-    mutant_summary = {"run": run.mutation_report is not None, "reason": run.mutants_reason,
-                      "declared": [m.id for m in corpus.mutants], "results": [m.as_json() for m in mutants]}
+    mutants = outcomes(run.mutation_report, corpus, run.results, root) if run.mutation_report is not None else []
+    declared = sorted(m.id for m in corpus.mutants)
+    mutant_summary = {"run": run.mutation_report is not None, "reason": run.mutants_reason, "declared": declared,
+                      "results": [m.as_json() for m in mutants]}
     verdict = decide([r.outcome.value for r in rows], junit_totals(run.junit), mutant_summary)
 
     weights, weights_note = weights_files(root, inputs.engine)
@@ -133,7 +142,7 @@ def build(root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict
         "contracts": [_contract_entry(root, c) for c in corpus.contracts],
         "predictions": [_prediction_entry(root, corpus, r, mutants) for r in rows],
         "mutants": {"run": mutant_summary["run"], "reason": run.mutants_reason,
-                    "declared": sorted(mutant_summary["declared"]), "results": mutant_summary["results"]},
+                    "declared": declared, "results": mutant_summary["results"]},
         "weights": weights_note,
         "reports": reports,
         "environment": env,
