@@ -1,15 +1,16 @@
 """A lane host: many streams over one model, decode rounds shared, at most one prefill chunk per round.
 
-Each stream gets a lane: attention KV in pages of a PagePool shared by every stream, GDN conv and recurrent state
-in the stream's own state (its slot). A round gives every decoding stream one decode step and then runs at most
-one prefill chunk, round-robin among the prefilling streams, so a decoding stream never waits more than one chunk
-for its next token however long a new prompt is (Sarathi-Serve's stall-free batching, arXiv 2403.02310; pages as
-in vLLM's PagedAttention, arXiv 2309.06180).
+Each stream gets a lane: attention KV in pages of a PagePool shared by every stream, GDN conv and recurrent
+state in the stream's own state (its slot). A round gives every decoding stream one decode step and then runs
+at most one prefill chunk, round-robin among the prefilling streams, so a decoding stream never waits more
+than one chunk for its next token however long a new prompt is (Sarathi-Serve's stall-free batching, arXiv
+2403.02310; pages as in vLLM's PagedAttention, arXiv 2309.06180).
 
-Per stream the host keeps Session's semantics: the cancel token is polled once before each token-producing forward
-(the whole prefill counts as the first token's forward), and a run that emits n tokens makes n - 1 decode forwards.
-A submit reserves the pages of its whole run (prompt + max_tokens - 1 positions), so a lane that was admitted never
-runs out of pages; a submit that cannot fit is refused with LaneRefused and allocates nothing.
+Per stream the host keeps Session's semantics: the cancel token is polled once before each token-producing
+forward (the whole prefill counts as the first token's forward), and a run that emits n tokens makes n - 1
+decode forwards. A submit reserves the pages of its whole run (prompt + max_tokens - 1 positions), so a lane
+that was admitted never runs out of pages; a submit that cannot fit is refused with LaneRefused and allocates
+nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -106,7 +108,7 @@ class LaneHost:
             raise ValueError(f"submit: max_tokens must be an int >= 1, got {max_tokens!r}")
         held = sum(lane.state is not None for lane in self._lanes.values())
         if held >= self.max_streams:
-            raise LaneRefused(f"submit: all {self.max_streams} lanes are held; leave or finish a stream first")
+            raise LaneRefused(f"submit: all {self.max_streams} lanes are held; a stream must leave or finish")
         positions = len(prompt) + max_tokens - 1  # the last emitted token is never forwarded
         limit = int(self.model.config.max_position_embeddings)
         if positions > limit:
@@ -115,8 +117,8 @@ class LaneHost:
         free, _, total = self._pool.counts()
         need = -(-positions // self._pool.page_size)
         if need > free:
-            raise LaneRefused(f"submit: {len(prompt)} prompt + {max_tokens} reply tokens need {need} pages of "
-                              f"{self._pool.page_size} tokens; {free} of {total} are free")
+            raise LaneRefused(f"submit: {len(prompt)} prompt + {max_tokens} reply tokens need {need} pages "
+                              f"of {self._pool.page_size} tokens; {free} of {total} are free")
         state = self.model.new_state(self._pool)
         try:
             prefill = Prefill.open(self.model, state, prompt, chunk_cap=self.chunk_cap)
@@ -160,6 +162,7 @@ class LaneHost:
                 prefilled = (lane.id, start, lane.prefill.pos)
                 if done:
                     lane.phase = Phase.DECODE
+                    assert lane.prefill.logits is not None
                     self._emit(lane, lane.sample(lane.prefill.logits))
                     lane.prefill = None
                     emitted.append(lane.id)
@@ -170,8 +173,11 @@ class LaneHost:
         return RoundReport(self.rounds, tuple(decoded), prefilled, tuple(emitted), tuple(finished))
 
     def cancel(self, stream: int) -> None:
-        """Stop a stream. Mid-prefill it pauses with its state at the last finished chunk's end (resume goes on
-        from there); decoding it finishes with the tokens emitted so far. A paused or done stream is unchanged."""
+        """Stop a stream.
+
+        Mid-prefill it pauses with its state at the last finished chunk's end (resume goes on from there);
+        decoding, it finishes with the tokens emitted so far. A paused or done stream is unchanged.
+        """
         lane = self._lane(stream)
         if lane.phase is Phase.PREFILL:
             self._queue.remove(lane.id)
@@ -181,8 +187,10 @@ class LaneHost:
             self._finish(lane)
 
     def resume(self, stream: int) -> None:
-        """Go on with a paused prefill: the pass is planned again from the state's position, so it cuts exactly
-        as the whole pass does from there."""
+        """Go on with a paused prefill.
+
+        The pass is planned again from the state's position, so it cuts as the whole pass does from there.
+        """
         lane = self._lane(stream)
         if lane.phase is not Phase.PAUSED:
             raise StreamError(f"resume: stream {stream} is {lane.phase}, not paused")
@@ -224,10 +232,10 @@ class LaneHost:
     def decode_gaps(self, stream: int) -> list[int]:
         """For each emitted token after the first, the rounds since the stream's previous token."""
         r = self._lane(stream).token_rounds
-        return [b - a for a, b in zip(r, r[1:], strict=False)]
+        return [b - a for a, b in pairwise(r)]
 
     def state_digest(self, stream: int) -> str:
-        """sha256 of the stream's state bytes (for a finished stream, as it was when its lane was released)."""
+        """sha256 of the stream's state bytes (a finished stream's: when its lane was released)."""
         lane = self._lane(stream)
         return lane.state.digest() if lane.state is not None else str(lane.digest)
 

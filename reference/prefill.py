@@ -1,15 +1,15 @@
 """Stepped prefill: a prompt's forward pass cut into planned chunks, run one chunk per `step` call.
 
 The whole pass is `Prefill.open` then `step` until it reports done (`run`); a lane host calls `step` once per
-round so that other streams decode between two chunks. Both drivers run the same chunk body over the same cuts,
-so a reply never depends on which driver ran it.
+round so that other streams decode between two chunks. Both drivers run the same chunk body over the same
+cuts, so a reply never depends on which driver ran it.
 
-A cut is where one `model.forward` call ends and the next begins. `forward` groups tokens into internal chunks of
-`config.chunk_size` aligned to the call's first token, so a pass is byte-identical to one forward call only if
-every cut lies on that grid: the chunk width must be a multiple of `chunk_size`. Cuts are memoryless: the next cut
-depends only on the current position, so a pass resumed from any of its cuts (after a cancel, or from a kept
-prefix) cuts exactly as the whole pass does from there. Chunked prefill as in Sarathi-Serve (arXiv 2403.02310)
-and llama.cpp's server, which feeds a prompt `n_batch` tokens per `llama_decode`.
+A cut is where one `model.forward` call ends and the next begins. `forward` groups tokens into internal chunks
+of `config.chunk_size` aligned to the call's first token, so a pass is byte-identical to one forward call only
+if every cut lies on that grid: the chunk width must be a multiple of `chunk_size`. Cuts are memoryless: the
+next cut depends only on the current position, so a pass resumed from any of its cuts (after a cancel, or from
+a kept prefix) cuts exactly as the whole pass does from there. Chunked prefill as in Sarathi-Serve (arXiv
+2403.02310) and llama.cpp's server, which feeds a prompt `n_batch` tokens per `llama_decode`.
 """
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ def plan_cuts(start: int, end: int, width: int, planned: Iterable[int] = ()) -> 
 class Prefill:
     """One prompt's prefill over one stream state: `open`, then `step` until done.
 
-    After open, `state` is the stream's state (a restored copy when a kept prefix was used). `logits` holds the
-    last forwarded token's logits (f32[vocab]) once a chunk has run; `kept` collects a KeptPrefix at each mark.
+    After open, `state` is the stream's state (a restored copy when a kept prefix was used). `logits` holds
+    the last forwarded token's logits (f32[vocab]) once a chunk has run; `kept` collects a KeptPrefix at each
+    mark.
     """
 
     def __init__(self, model: Any, state: Any, prompt: tuple[int, ...], width: int, planned: tuple[int, ...],
@@ -97,12 +98,13 @@ class Prefill:
 
     @classmethod
     def open(cls, model: Any, state: Any, prompt: Sequence[int], chunk_cap: int | None = None,
-             kept: KeptPrefix | Iterable[KeptPrefix] = (), marks: Iterable[int] = (), starts: Iterable[int] = (),
+             kept: KeptPrefix | Iterable[KeptPrefix] = (), marks: Iterable[int] = (),
+             starts: Iterable[int] = (),
              keep_logits: bool = False) -> Prefill:
         """Plan a pass over `prompt` into `state`, which must already hold `prompt[:state.pos]`.
 
-        kept: snapshots; the longest one that `prompt` strictly extends and that is ahead of `state` is restored
-              (the state passed in is then released and `self.state` is a copy of the snapshot).
+        kept: snapshots; the longest one that `prompt` strictly extends and that is ahead of `state` is
+              restored (the state passed in is then released and `self.state` is a copy of the snapshot).
         marks: positions whose state is snapshotted into `self.kept` for reuse; a chunk ends at each.
         starts: further positions at which a chunk must start.
         """
@@ -116,8 +118,8 @@ class Prefill:
             state.release()
             state = restored
         if not state.pos < len(tokens):
-            raise PrefillError(f"the state already holds {state.pos} tokens; a prompt of {len(tokens)} tokens must "
-                               "extend it by at least one")
+            raise PrefillError(f"the state already holds {state.pos} tokens; a prompt of {len(tokens)} "
+                               "tokens must extend it by at least one")
         return cls(model, state, tokens, width, planned, frozenset(_positions(marks, "marks", len(tokens))),
                    keep_logits)
 
@@ -142,7 +144,8 @@ class Prefill:
             self.cuts = self.cuts[:self.chunks_run] + plan_cuts(self.pos, len(self.prompt), self.width,
                                                                 self.planned)
         start, end = self.pos, self.cuts[self.chunks_run]
-        logits = self.model.forward(np.asarray(self.prompt[start:end], np.int64), self.state)  # [end-start, vocab]
+        # [end - start, vocab]
+        logits = self.model.forward(np.asarray(self.prompt[start:end], np.int64), self.state)
         self.chunks_run += 1
         assert self.state.pos == end, (self.state.pos, end)
         self.logits = logits[-1]
@@ -153,8 +156,11 @@ class Prefill:
         return self.done
 
     def run(self, cancel: Any = None) -> bool:
-        """The whole pass: step until done. With a cancel token, poll it before each chunk and stop (state at the
-        last finished chunk's end) when it fires; True when the pass completed."""
+        """The whole pass: step until done; True when the pass completed.
+
+        With a cancel token, poll it before each chunk and stop when it fires: the state stays at the last
+        finished chunk's end, and a later open from there cuts as the whole pass does.
+        """
         while not self.done:
             if cancel is not None and cancel.is_cancelled():
                 return False
@@ -168,7 +174,7 @@ class Prefill:
 def _tokens(prompt: Sequence[int], vocab: int) -> tuple[int, ...]:
     arr = np.asarray(prompt)
     if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
-        raise PrefillError(f"prompt must be a non-empty 1-d sequence of ints, got shape {arr.shape} {arr.dtype}")
+        raise PrefillError(f"prompt must be a non-empty 1-d sequence of ints, got {arr.shape} {arr.dtype}")
     if arr.min() < 0 or arr.max() >= vocab:
         raise PrefillError(f"prompt token ids must lie in [0, {vocab}), got min {arr.min()} max {arr.max()}")
     return tuple(int(t) for t in arr)

@@ -1,6 +1,8 @@
-"""Falsifiers of apr-serve-prefill-steps-v1, lane-host half: decode never stalls behind a prefill, leaving frees
-the lane, streams do not disturb each other, and a stateful program of submit / round / cancel / leave / resume
-keeps the pool, the schedule and every stream's tokens right.
+"""Falsifiers of apr-serve-prefill-steps-v1, lane-host half.
+
+Decode never stalls behind a prefill, leaving frees the lane, streams do not disturb each other, and a
+stateful program of submit / round / cancel / leave / resume keeps the pool, the schedule and every
+stream's tokens right.
 
 The stall is measured outside the host: a recorder around the model logs every forward call with its state, so
 the prompt tokens forwarded between two tokens of a decoding stream are counted from the calls themselves.
@@ -14,7 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 import falsify
 
@@ -105,8 +113,8 @@ def test_leaving_mid_pass_returns_the_lane(engine: Any, model: Any, leave_round:
     held = baseline_free - host.pool()[0]
     host.leave(a)
     free, used, total = host.pool()
-    falsify.check("FALSIFY-SERVE-PREFILL-005", leave_round=leave_round, held=held, baseline_free=baseline_free,
-                  free=free, used=used, total=total)
+    falsify.check("FALSIFY-SERVE-PREFILL-005", leave_round=leave_round, held=held,
+                  baseline_free=baseline_free, free=free, used=used, total=total)
     assert other in host.streams()
 
 

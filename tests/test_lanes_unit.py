@@ -1,8 +1,9 @@
 """Unit tests of the lane host's scheduling on a toy model whose state depends on where forward calls are cut.
 
-The toy keeps the real model's interface (config, new_pool, new_state, forward over internal chunks of chunk_size
-aligned to the call's first token) and uses the real PagePool/StreamState, but runs in microseconds, so the
-scheduling logic can be exercised over many rounds and streams. The contract's falsifiers run the real model.
+The toy keeps the real model's interface (config, new_pool, new_state, forward over internal chunks of
+chunk_size aligned to the call's first token) and uses the real PagePool/StreamState, but runs in
+microseconds, so the scheduling logic can be exercised over many rounds and streams. The contract's falsifiers
+run the real model.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ class LaneMachine(RuleBasedStateMachine):
         report = self.host.round()
         for sid in self.jobs:
             if self.host.stats(sid).phase is Phase.PREFILL:
-                self.waited[sid] = 0 if report.prefilled and report.prefilled[0] == sid else self.waited[sid] + 1
+                served = report.prefilled is not None and report.prefilled[0] == sid
+                self.waited[sid] = 0 if served else self.waited[sid] + 1
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())

@@ -1,9 +1,11 @@
-"""Falsifiers of apr-serve-prefill-steps-v1, prefill half: stepped == whole == one forward call, kept prefixes,
-cancel between chunks, and cuts off the chunk grid.
+"""Falsifiers of apr-serve-prefill-steps-v1, prefill half.
 
-Cuts are measured, not read back from the plan: a recorder around the model logs every forward call with the state
-it advanced and that state's position afterwards. The oracle for "the whole pass" is one model forward call over
-the same tokens, which the model computes in internal chunks of chunk_size aligned to the call's first token.
+Stepped == whole == one forward call, kept prefixes, cancel between chunks, and cuts off the chunk grid.
+
+Cuts are measured, not read back from the plan: a recorder around the model logs every forward call with the
+state it advanced and that state's position afterwards. The oracle for "the whole pass" is one model forward
+call over the same tokens, which the model computes in internal chunks of chunk_size aligned to the call's
+first token.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ def model(engine: Any) -> Any:
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-001")
-@pytest.mark.parametrize(("n", "chunk_cap"), [(1, 64), (63, 64), (150, 64), (257, 128), (500, 192), (600, 256)])
+@pytest.mark.parametrize(("n", "chunk_cap"),
+                         [(1, 64), (63, 64), (150, 64), (257, 128), (500, 192), (600, 256)])
 def test_stepped_equals_whole_and_one_call(engine: Any, model: Any, n: int, chunk_cap: int) -> None:
     rec = Recorder(model)
     prompt = prompt_of(model, n, seed=n)
@@ -70,14 +73,16 @@ def test_stepped_equals_whole_and_one_call(engine: Any, model: Any, n: int, chun
     stepped = engine.prefill(rec, model.new_state(pool), prompt, chunk_cap=chunk_cap, keep_logits=True)
     while not stepped.step():
         model.forward(np.asarray([n % 7], np.int64), other)
-    whole = engine.prefill(rec, model.new_state(), prompt, chunk_cap=chunk_cap, keep_logits=True)  # private pool
+    # the whole pass on a private pool: which pages hold the KV must not matter
+    whole = engine.prefill(rec, model.new_state(), prompt, chunk_cap=chunk_cap, keep_logits=True)
     whole.run()
     one_state, one_logits = one_call(model, prompt)
     falsify.check(
         "FALSIFY-SERVE-PREFILL-001", n=n, chunk_cap=chunk_cap,
         stepped_cuts=rec.cuts(stepped.state), whole_cuts=rec.cuts(whole.state),
         stepped_state=stepped.state.digest(), whole_state=whole.state.digest(), one_call_state=one_state,
-        stepped_logits=sha(np.concatenate(stepped.chunk_logits)), whole_logits=sha(np.concatenate(whole.chunk_logits)),
+        stepped_logits=sha(np.concatenate(stepped.chunk_logits)),
+        whole_logits=sha(np.concatenate(whole.chunk_logits)),
         one_call_logits=sha(one_logits),
     )
 
@@ -114,7 +119,8 @@ def test_cancel_between_chunks_then_resume(engine: Any, model: Any, k: int, n: i
     rec = Recorder(model)
     prompt = prompt_of(model, n, seed=k * 1000 + n)
     cancelled = engine.prefill(rec, model.new_state(), prompt, chunk_cap=64)
-    assert cancelled.run(cancel=engine.cancel_token().with_budget(k)) is False  # the test's premise: it stopped
+    stopped = cancelled.run(cancel=engine.cancel_token().with_budget(k))
+    assert stopped is False  # the test's premise: the cancel fired before the pass ended
     cancelled_pos, cancelled_state = cancelled.pos, cancelled.state.digest()
     prefix_state, _ = one_call(model, prompt[:cancelled_pos])
     resumed = engine.prefill(rec, cancelled.state, prompt, chunk_cap=64)
@@ -132,7 +138,8 @@ def test_cancel_between_chunks_then_resume(engine: Any, model: Any, k: int, n: i
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-011")
-@pytest.mark.parametrize(("n", "marks"), [(75, "every"), (150, [1, 2, 3, 37, 100, 149]), (299, [65, 130, 191])])
+@pytest.mark.parametrize(("n", "marks"),
+                         [(75, "every"), (150, [1, 2, 3, 37, 100, 149]), (299, [65, 130, 191])])
 def test_cuts_off_the_grid_change_only_rounding(engine: Any, model: Any, n: int, marks: Any) -> None:
     prompt = prompt_of(model, n, seed=7 * n)
     _, uncut = one_call(model, prompt)
