@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,13 +74,15 @@ def tiny_model(seed: int = 0) -> Path:
     return target
 
 
-def write_tiny(directory: Path, seed: int) -> None:
+def write_tiny(directory: Path, seed: int, raw_config: dict[str, Any] | None = None) -> None:
+    """Write config.json + model.safetensors for `seed` (TINY_CONFIG unless another HF config dict is given)."""
     from safetensors.numpy import save_file
 
     from reference.config import Config
 
-    config = Config.from_dict(TINY_CONFIG, source="TINY_CONFIG")
-    (directory / "config.json").write_text(json.dumps(TINY_CONFIG, indent=2) + "\n")
+    raw_config = TINY_CONFIG if raw_config is None else raw_config
+    config = Config.from_dict(raw_config, source="raw_config")
+    (directory / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n")
     tensors = tiny_tensors(config, seed)
     # one metadata key only: safetensors writes metadata in hash order, and the file's bytes must be reproducible
     save_file({k: v.astype(np.float16) for k, v in tensors.items()}, str(directory / "model.safetensors"),
@@ -105,8 +108,8 @@ def tiny_tensors(config, seed: int) -> dict[str, np.ndarray]:  # type: ignore[no
             value = rng.normal(0.0, 0.1, shape)
         elif name.endswith("conv1d.weight"):
             value = rng.normal(0.0, shape[-1] ** -0.5, shape)
-        elif name == "embed_tokens.weight":
-            value = rng.normal(0.0, 1.0, shape)
+        elif name == "embed_tokens.weight":  # tied, it is the lm_head too: keep logits O(1)
+            value = rng.normal(0.0, shape[1] ** -0.5 if config.tie_word_embeddings else 1.0, shape)
         else:
             value = rng.normal(0.0, shape[1] ** -0.5, shape)
         key = name if name == "lm_head.weight" else "model." + name
