@@ -1,0 +1,124 @@
+"""Model speed on the embedded tiny model: prefill time vs prompt length, GDN-layer prefill cost, decode tokens/s.
+
+For each prompt length L (256 ... 8192) and each weights kind: the median wall time of one forward over the
+whole prompt (chunks of config.chunk_size), and of one Gated DeltaNet layer alone over L tokens in the same
+chunks. GDN cost per token should stay flat as L grows (linear prefill); whole-model cost per token grows with L
+through the one attention layer. Decode: one-token forwards after a prompt of C tokens, median ms per token.
+Everything runs in one process, side by side; JSON on stdout (and to --out).
+
+    python benchmarks/model.py [--lengths 256 512 ... 8192] [--weights f32 q4_k] [--repeats 3] [--out FILE]
+
+BLAS runs single-threaded (OPENBLAS_NUM_THREADS=1 unless already set): the machine's cores are shared, and a
+multi-threaded BLAS on these small matrices mostly measures contention.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402 (BLAS threads must be fixed before numpy loads)
+import json  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from reference.gdn import gated_delta_net  # noqa: E402
+from reference.model import Model, load_model  # noqa: E402
+from reference.tiny import tiny_model  # noqa: E402
+from reference.weights import GDNWeights  # noqa: E402
+
+
+def median_time(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def prefill(model: Model, tokens: np.ndarray) -> None:
+    state = model.new_state()
+    model.forward(tokens, state)
+    state.release()
+
+
+def gdn_layer(model: Model, x: np.ndarray) -> None:
+    """The first GDN layer alone over x: [L, hidden], chunked as forward() chunks it, state carried."""
+    c = model.config
+    w = next(layer.mixer for layer in model.weights.layers if isinstance(layer.mixer, GDNWeights))
+    conv = np.zeros((c.conv_dim, c.linear_conv_kernel_dim), np.float32)
+    rec = np.zeros((c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim), np.float32)
+    for s in range(0, len(x), c.chunk_size):
+        _, conv, rec = gated_delta_net(w, c, x[s:s + c.chunk_size], conv, rec)
+
+
+def decode_ms(model: Model, context: int, steps: int, rng: np.random.Generator) -> float:
+    state = model.new_state()
+    model.forward(rng.integers(0, model.config.vocab_size, context), state)
+    times = []
+    for token in rng.integers(0, model.config.vocab_size, steps):
+        start = time.perf_counter()
+        model.forward([int(token)], state)
+        times.append(time.perf_counter() - start)
+    state.release()
+    return statistics.median(times) * 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192])
+    parser.add_argument("--weights", nargs="+", default=["f32", "q4_k"], choices=["f32", "q4_k"])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--decode-contexts", type=int, nargs="+", default=[256, 4096])
+    parser.add_argument("--decode-steps", type=int, default=32)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    path = tiny_model(0)
+    result: dict = {"benchmark": "model", "model": str(path), "repeats": args.repeats,
+                    "machine": {"python": platform.python_version(), "numpy": np.__version__,
+                                "cpus": os.cpu_count(), "blas_threads": os.environ["OPENBLAS_NUM_THREADS"]},
+                    "runs": {}}
+    for kind in args.weights:
+        start = time.perf_counter()
+        model = load_model(path, kind)
+        run: dict = {"load_s": round(time.perf_counter() - start, 3), "prefill": [], "decode": []}
+        prefill(model, rng.integers(0, model.config.vocab_size, 64))  # warm-up
+        for length in args.lengths:
+            tokens = rng.integers(0, model.config.vocab_size, length)
+            x = rng.normal(size=(length, model.config.hidden_size)).astype(np.float32)
+            t_model = median_time(lambda tokens=tokens: prefill(model, tokens), args.repeats)
+            t_gdn = median_time(lambda x=x: gdn_layer(model, x), args.repeats)
+            row = {"tokens": length, "prefill_s": round(t_model, 4),
+                   "prefill_us_per_token": round(t_model / length * 1e6, 1),
+                   "gdn_layer_s": round(t_gdn, 4), "gdn_us_per_token": round(t_gdn / length * 1e6, 1)}
+            run["prefill"].append(row)
+            print(kind, json.dumps(row), file=sys.stderr)
+        first, last = run["prefill"][0], run["prefill"][-1]
+        # 1.0 = perfectly linear; the GDN layer should stay near 1, the whole model grows with the attention layer
+        run["gdn_per_token_growth"] = round(last["gdn_us_per_token"] / first["gdn_us_per_token"], 2)
+        run["model_per_token_growth"] = round(last["prefill_us_per_token"] / first["prefill_us_per_token"], 2)
+        for context in args.decode_contexts:
+            ms = decode_ms(model, context, args.decode_steps, rng)
+            run["decode"].append({"context": context, "ms_per_token": round(ms, 3),
+                                  "tokens_per_s": round(1e3 / ms, 1)})
+            print(kind, json.dumps(run["decode"][-1]), file=sys.stderr)
+        result["runs"][kind] = run
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
