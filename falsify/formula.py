@@ -12,6 +12,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from falsify.errors import FormulaError
@@ -102,6 +103,7 @@ class Formula:
         return _Eval(values).visit(self.tree.body)
 
 
+@lru_cache(maxsize=4096)  # formulas repeat across contracts; a Formula is immutable
 def parse(source: str) -> Formula:
     if not isinstance(source, str):
         raise FormulaError(f"formula must be a string, not {type(source).__name__}")

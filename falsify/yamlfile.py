@@ -64,22 +64,21 @@ def load_yaml(path: Path, display: str | None = None) -> Located:
     return parse_yaml(text, name)
 
 
+# libyaml when PyYAML was built with it (about 20x faster); the pure-Python loader otherwise. Both are "safe".
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def parse_yaml(text: str, name: str) -> Located:
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                mark = event.start_mark
-                raise ContractError(
-                    Problem(name, mark.line + 1, "", "YAML anchors and aliases are not allowed in contracts", "alias")
-                )
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text)
         try:
             node = loader.get_single_node()
             if node is None:
                 raise ContractError(Problem(name, 1, "", "empty document", "type"))
             located = Located(name, None)
-            _index(node, (), located, name)
-            located.data = loader.construct_document(node)
+            # Composing is linear even for an alias bomb (an alias is a second reference to the same node);
+            # _index refuses any node reached twice, before construction could expand it.
+            located.data = _build(node, (), located, name, set(), loader)
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
@@ -91,21 +90,44 @@ def parse_yaml(text: str, name: str) -> Located:
     return located
 
 
-def _index(node: yaml.Node, path: Path_, out: Located, name: str) -> None:
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise ContractError(
-                    Problem(name, line, format_path((*path, key)), f"duplicate key {key!r} (first on line "
-                            f"{seen[key]})", "duplicate-key")
-                )
-            seen[key] = line
-            out.lines[(*path, key)] = line
-            _index(value_node, (*path, key), out, name)
-    elif isinstance(node, yaml.SequenceNode):
+_STR = "tag:yaml.org,2002:str"
+
+
+def _build(node: yaml.Node, path: Path_, out: Located, name: str, seen_nodes: set[int], loader: Any) -> Any:
+    """Construct the document from its nodes, recording the line of every key and item on the way."""
+    if isinstance(node, yaml.ScalarNode):
+        return node.value if node.tag == _STR else loader.construct_object(node, deep=True)
+    if id(node) in seen_nodes:
+        raise ContractError(
+            Problem(name, node.start_mark.line + 1, format_path(path),
+                    "YAML anchors and aliases are not allowed in contracts", "alias")
+        )
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        items = []
         for i, item in enumerate(node.value):
             out.lines[(*path, i)] = item.start_mark.line + 1
-            _index(item, (*path, i), out, name)
+            items.append(_build(item, (*path, i), out, name, seen_nodes, loader))
+        return items
+    if node.tag != "tag:yaml.org,2002:map" or not isinstance(node, yaml.MappingNode):
+        raise ContractError(Problem(name, node.start_mark.line + 1, format_path(path), f"unsupported YAML node "
+                                    f"{node.tag}", "yaml"))
+    mapping: dict[Any, Any] = {}
+    lines: dict[Any, int] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise ContractError(Problem(name, key_node.start_mark.line + 1, format_path(path),
+                                        "mapping keys must be plain scalars", "yaml"))
+        key = _build(key_node, path, out, name, seen_nodes, loader)
+        line = key_node.start_mark.line + 1
+        if key == "<<":
+            raise ContractError(Problem(name, line, format_path(path), "YAML merge keys are not allowed", "alias"))
+        if key in lines:
+            raise ContractError(
+                Problem(name, line, format_path((*path, key)), f"duplicate key {key!r} (first on line "
+                        f"{lines[key]})", "duplicate-key")
+            )
+        lines[key] = line
+        out.lines[(*path, key)] = line
+        mapping[key] = _build(value_node, (*path, key), out, name, seen_nodes, loader)
+    return mapping
