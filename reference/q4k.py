@@ -9,9 +9,9 @@ fp16 and sc, m 6-bit. Layout (struct block_q4_K in ggml-common.h), 2 + 2 + 12 + 
     bytes 16..143  qs      256 four-bit quants: byte 32*c + l holds value 64*c + l in its low nibble and
                            value 64*c + 32 + l in its high nibble (c = 0..3, l = 0..31)
 
-Every function works on all blocks at once. Float arithmetic is float32 in the C code's operation order; the only
-loops are over the 21 steps of make_qkx2_quants, the 8 sub-blocks of a block, and the 32 elements of a sub-block
-where the C code sums left to right (each step adds one element of every sub-block at once).
+Every function works on all blocks at once. Float arithmetic is float32 in the C code's operation order; the
+only loops are over the 21 steps of make_qkx2_quants, the 8 sub-blocks of a block, and the 32 elements of a
+sub-block where the C code sums left to right (each step adds one element of every sub-block at once).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ MATMUL_ROW_TILE = 256
 def nearest_int(f: np.ndarray) -> np.ndarray:  # f32[...] -> i32[...]
     """Same as nearest_int in ggml-quants.c: add 1.5 * 2**23 and read the low mantissa bits.
 
-    Round-half-to-even for |f| <= 4194303; outside that range it returns the same wrapped garbage as the C code.
+    Round-half-to-even for |f| <= 4194303; outside that range it returns the C code's wrapped garbage.
     """
     assert f.dtype == np.float32
     bits = (f + np.float32(12582912.0)).view(np.int32)
@@ -123,7 +123,7 @@ def make_qkx2_quants(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _quant_levels(x: np.ndarray, vmin: np.ndarray, iscale: np.ndarray, xmin: np.ndarray, vmax: np.ndarray,
-                  flat: np.ndarray, out: np.ndarray) -> np.ndarray:  # f32[32, S], f32[S] x 4, bool[S] -> f32[32, S]
+                  flat: np.ndarray, out: np.ndarray) -> np.ndarray:  # f32[32,S], f32[S]x4, bool[S] -> [32,S]
     """MAX(0, MIN(nmax, nearest_int(iscale*(x[i] - min)))) of make_qkx2_quants, into out."""
     np.subtract(x, vmin, out=out)
     out *= iscale
@@ -152,7 +152,7 @@ def _weighted_sq_error(x: np.ndarray, weights: np.ndarray, L: np.ndarray, scale:
 #   byte 8..11   m[j+4]&0xF (4 bits) | sc[j+4]&0xF (4 bits)  j = 0..3
 #
 # which is get_scale_min_k4 in ggml-quants.c.
-def unpack_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # u8[B, 12] -> sc u8[B, 8], m u8[B, 8]
+def unpack_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # u8[B, 12] -> sc, m u8[B, 8]
     assert scales.dtype == np.uint8 and scales.shape[-1] == K_SCALE_SIZE
     lo, mid, hi = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
     sc = np.concatenate([lo & 0x3F, (hi & 0x0F) | ((lo >> 6) << 4)], axis=1)
@@ -233,10 +233,10 @@ def _quantize_tile(x: np.ndarray) -> np.ndarray:  # f32[B, 256] -> u8[B, 144]
         dmin16 = (max_min / np.float32(63.0)).astype(np.float16)
 
     # Requantize against the rounded fp16 scales; a sub-block whose d*sc is 0 keeps make_qkx2_quants' L.
-    d = d16.astype(np.float32)[:, None] * ls.astype(np.float32)  # [B, 8]
-    dm = dmin16.astype(np.float32)[:, None] * lm.astype(np.float32)
     xb = x.reshape(B, N_SUB, SUB)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = d16.astype(np.float32)[:, None] * ls.astype(np.float32)  # [B, 8]
+        dm = dmin16.astype(np.float32)[:, None] * lm.astype(np.float32)
         l = np.clip(nearest_int((xb + dm[:, :, None]) / d[:, :, None]), 0, 15).astype(np.uint8)
     L = L.T.reshape(B, N_SUB, SUB)
     L = np.where((d != 0)[:, :, None], l, L)
@@ -271,7 +271,8 @@ class Q4_K:
         row = _first_nonfinite_row(q)
         if row is not None:
             raise ValueError(f"Q4_K.quantize: x of shape {x.shape} is too large for Q4_K's fp16 scales (d or "
-                             f"dmin overflows past 65504), first in row {row}: max |x| {np.abs(x[row]).max():g}")
+                             f"dmin overflows past 65504), first in row {row}: "
+                             f"max |x| {np.abs(x[row]).max():g}")
         return q
 
     @classmethod
@@ -286,17 +287,17 @@ class Q4_K:
         return cls.matmul(q, x[None, :])[0]
 
     @classmethod
-    def matmul(cls, q: np.ndarray, x: np.ndarray) -> np.ndarray:  # u8[rows, nb*144], f32[n, cols] -> f32[n, rows]
+    def matmul(cls, q: np.ndarray, x: np.ndarray) -> np.ndarray:  # u8[rows, nb*144], f32[n,cols] -> [n,rows]
         """x @ dequantize(q).T computed per sub-block: d*sc * (q . x) - dmin*m * sum(x).
 
-        Only MATMUL_ROW_TILE rows of 4-bit quants are widened to float32 at a time; the per-sub-block sums of x
-        are formed once and shared by all rows. Nothing is cached between calls.
+        Only MATMUL_ROW_TILE rows of 4-bit quants are widened to float32 at a time; the per-sub-block sums
+        of x are formed once and shared by all rows. Nothing is cached between calls.
         """
         q = _check_blocks(q)
         x = _check_floats(x, "x", ndim=2)
         rows = q.shape[0]
         nb = q.shape[1] // BLOCK_BYTES
-        n, cols = x.shape
+        cols = x.shape[1]
         if cols != nb * QK_K:
             raise ValueError(f"Q4_K.matmul: x has {cols} columns but the weights of shape {q.shape} hold "
                              f"{nb * QK_K} per row")

@@ -1,8 +1,8 @@
 """Falsifiers of contract q4k-superblock-v1 (contracts/q4k-superblock-v1.yaml).
 
-Everything comes from the `engine` fixture (`Q4_K = engine.q4_k()`); the oracles are gguf-py (a test dependency)
-and llama.cpp's own quantizer output committed in tests/data/q4k/golden.bin (see the README there). The block
-decoder below is the test's own reading of struct block_q4_K, written from ggml-common.h, not from the engine.
+Everything comes from the `engine` fixture (`Q4_K = engine.q4_k()`); the oracles are gguf-py (a test
+dependency) and llama.cpp's own quantizer output committed in tests/data/q4k/golden.bin (see the
+README there). The block decoder below is the test's own reading of struct block_q4_K (ggml-common.h).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def Q4_K(engine: Any) -> Any:
 
 
 def decode_fields(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
-    """u8[B, 144] -> d f32[B], dmin f32[B], sc f32[B, 8], m f32[B, 8], q f32[B, 256], in llama.cpp's layout."""
+    """u8[B, 144] -> d, dmin f32[B], sc, m f32[B, 8], q f32[B, 256], in llama.cpp's layout."""
     B = blocks.shape[0]
     d = blocks[:, 0:2].copy().view("<f2")[:, 0].astype(np.float32)
     dmin = blocks[:, 2:4].copy().view("<f2")[:, 0].astype(np.float32)
@@ -99,7 +99,8 @@ def test_block_size(Q4_K: Any, rows: int, blocks_per_row: int, seed: int) -> Non
     q = Q4_K.quantize(x)
     deq = Q4_K.dequantize(q)
     falsify.check("FALSIFY-Q4K-001", x_shape=list(x.shape), q_shape=list(q.shape), q_dtype=str(q.dtype),
-                  deq_shape=list(deq.shape), deq_dtype=str(deq.dtype), rows=rows, blocks_per_row=blocks_per_row)
+                  deq_shape=list(deq.shape), deq_dtype=str(deq.dtype), rows=rows,
+                  blocks_per_row=blocks_per_row)
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-002")

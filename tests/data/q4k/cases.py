@@ -1,7 +1,8 @@
 """Q4_K test inputs by data class, and llama.cpp's own Q4_K code reached through ggml-python.
 
-Shared by tests/test_q4k_oracle.py, tests/test_q4k_golden.py and make_golden.py (loaded by file path; tests/ is
-not a package). Every input is regenerable from (class, seed, blocks) with numpy's default_rng.
+Shared by tests/test_q4k_contract.py, tests/test_q4k_oracle.py, make_golden.py and benchmarks/q4k.py (loaded
+by file path; tests/ is not a package). Every input is regenerable from (class, seed, blocks) with numpy's
+default_rng.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def blocks_of(kind: str, seed: int, blocks: int) -> np.ndarray:  # -> f32[blocks
 
 
 def ggml_base() -> Any:
-    """libggml-base from the installed ggml-python, with the two Q4_K row functions typed; ImportError if absent."""
+    """libggml-base of the installed ggml-python, its two Q4_K row functions typed; ImportError if absent."""
     import ggml  # ggml-python; builds llama.cpp's ggml from its sdist
 
     path = Path(ggml.__file__).parent / "lib" / "libggml-base.so"
@@ -126,7 +127,7 @@ def c_dequantize(lib: Any, q: np.ndarray) -> np.ndarray:  # u8[B, 144] -> f32[B,
 
 
 def mismatch_report(got: np.ndarray, ref: np.ndarray) -> tuple[int, str]:  # u8 or f32 [B, n] x 2
-    """(bad block count, "N bad blocks (x%), worst block i: got ... vs reference ...") comparing bit patterns."""
+    """(bad blocks, "N bad blocks (x%), worst block i: got ... vs reference ..."), comparing bit patterns."""
     g = got.reshape(got.shape[0], -1).view(np.uint8)
     r = ref.reshape(ref.shape[0], -1).view(np.uint8)
     bad_bytes = (g != r).sum(axis=1)
@@ -136,5 +137,5 @@ def mismatch_report(got: np.ndarray, ref: np.ndarray) -> tuple[int, str]:  # u8 
     worst = int(np.argmax(bad_bytes))
     cols = np.flatnonzero(g[worst] != r[worst])[:8]
     return bad, (f"{bad} bad blocks ({100 * bad / g.shape[0]:.2f}%) of {g.shape[0]}, worst block {worst} "
-                 f"({bad_bytes[worst]} bytes differ, first at {cols.tolist()}): got {g[worst][cols].tolist()} "
-                 f"vs reference {r[worst][cols].tolist()}")
+                 f"({bad_bytes[worst]} bytes differ, first at {cols.tolist()}): "
+                 f"got {g[worst][cols].tolist()} vs reference {r[worst][cols].tolist()}")

@@ -2,8 +2,8 @@
 
     pip install ggml-python==0.0.45 && python tests/data/q4k/make_golden.py
 
-The inputs are not stored: each class is regenerated from numpy's default_rng(seed) by cases.py, and golden.json
-keeps their sha256 so a test can tell a changed generator from a changed quantizer.
+The inputs are not stored: each class is regenerated from numpy's default_rng(seed) by cases.py, and
+golden.json keeps their sha256 so a test can tell a changed generator from a changed quantizer.
 """
 
 from __future__ import annotations

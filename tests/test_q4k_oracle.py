@@ -1,0 +1,73 @@
+"""Q4_K against llama.cpp's C code itself, through ggml-python (`pip install ggml-python` builds ggml from
+its sdist). Marked `oracle`: run with `tox -e oracle` or `pytest -m oracle tests/test_q4k_oracle.py`.
+
+13 data classes x 2,400 blocks = 31,200 blocks quantized by both quantize_row_q4_K_ref and the engine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import falsify
+
+pytestmark = pytest.mark.oracle
+
+QK_K = 256
+BLOCK_BYTES = 2 + 2 + 12 + QK_K // 2
+BLOCKS_PER_CLASS = 2400
+
+
+def _load_cases() -> Any:
+    path = Path(__file__).parent / "data" / "q4k" / "cases.py"
+    spec = importlib.util.spec_from_file_location("q4k_cases", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+cases = _load_cases()
+
+
+@pytest.fixture(scope="module")
+def lib() -> Any:
+    pytest.importorskip("ggml", reason="ggml-python is not installed (pip install ggml-python)")
+    return cases.ggml_base()
+
+
+@pytest.fixture(scope="module")
+def Q4_K(engine: Any) -> Any:
+    return engine.q4_k()
+
+
+@pytest.mark.falsifies("FALSIFY-Q4K-004")
+@pytest.mark.parametrize("kind", sorted(cases.CLASSES))
+def test_quantize_equals_c(lib: Any, Q4_K: Any, kind: str) -> None:
+    x = cases.blocks_of(kind, 20_000 + sorted(cases.CLASSES).index(kind), BLOCKS_PER_CLASS)
+    ref = cases.c_quantize(lib, x)
+    # 8 blocks per row, so rows of several blocks and the engine's tiling are exercised too.
+    ours = Q4_K.quantize(x.reshape(-1, 8 * QK_K)).reshape(-1, BLOCK_BYTES)
+    bad, report = cases.mismatch_report(ours, ref)
+    falsify.check("FALSIFY-Q4K-004", bad_blocks=bad, blocks=len(ref), report=report, n_blocks=len(ref))
+
+
+@pytest.mark.falsifies("FALSIFY-Q4K-003")
+@pytest.mark.parametrize("kind", ["gaussian", "row_scaled", "tiny", "random_bytes"])
+def test_dequantize_equals_c(lib: Any, Q4_K: Any, kind: str) -> None:
+    """dequantize_row_q4_K is the C twin of gguf-py's decoder; both must agree with the engine."""
+    rng = np.random.default_rng(7)
+    if kind == "random_bytes":
+        q = rng.integers(0, 256, (4000, BLOCK_BYTES), dtype=np.uint8)
+        q[:, 1] &= 0xBF  # keep fp16 d and dmin finite
+        q[:, 3] &= 0xBF
+    else:
+        q = cases.c_quantize(lib, cases.blocks_of(kind, 7, 4000))
+    ref = cases.c_dequantize(lib, q)
+    ours = Q4_K.dequantize(q.reshape(-1, 8 * BLOCK_BYTES)).reshape(-1, QK_K)
+    bad, report = cases.mismatch_report(ours, ref)
+    falsify.check("FALSIFY-Q4K-003", bad_blocks=bad, blocks=len(q), report=report, n_blocks=len(q))

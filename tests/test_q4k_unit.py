@@ -1,0 +1,80 @@
+"""Unit tests of reference/q4k.py internals: rounding, packing, tiling. The contract's falsifiers are in
+tests/test_q4k_contract.py; these pin the pieces they rest on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reference import q4k
+from reference.q4k import Q4_K
+
+
+def test_nearest_int_rounds_half_to_even() -> None:
+    f = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 7.5, 14.5, 15.5], np.float32)
+    assert q4k.nearest_int(f).tolist() == [0, 2, 2, 0, -2, -2, 0, 8, 14, 16]
+
+
+def test_nearest_int_wraps_like_c_outside_its_range() -> None:
+    # 5e6 + 1.5 * 2**23 has exponent 24, so the low 23 bits hold (5e6 + 12582912 - 2**24) / 2; C returns that
+    # minus 2**22, a negative number, not 5e6.
+    want = (5_000_000 + 12_582_912 - 2**24) // 2 - 2**22
+    assert q4k.nearest_int(np.array([5e6], np.float32)).tolist() == [want]
+
+
+@pytest.mark.parametrize("use_bound", [True, False])
+def test_round_clip_paths_agree(use_bound: bool) -> None:
+    rng = np.random.default_rng(0)
+    f = np.concatenate([rng.uniform(-20, 40, 5000), np.arange(-20, 40, 0.5)]).astype(np.float32)[None, :]
+    want = np.clip(q4k.nearest_int(f), 0, q4k.NMAX).astype(np.float32)
+    bound = np.float32(100.0) if use_bound else np.float32(5e6)  # the second forces the bit-trick path
+    got = q4k._round_clip(f.copy(), np.array([bound]))
+    assert np.array_equal(got, want)
+
+
+def test_scales_pack_round_trip() -> None:
+    sc = np.arange(64, dtype=np.uint8).reshape(8, 8)
+    m = (63 - np.arange(64, dtype=np.uint8)).reshape(8, 8)
+    packed = q4k.pack_scales(sc, m)
+    assert packed.shape == (8, q4k.K_SCALE_SIZE)
+    got_sc, got_m = q4k.unpack_scales(packed)
+    assert np.array_equal(got_sc, sc) and np.array_equal(got_m, m)
+
+
+def test_qs_pack_round_trip() -> None:
+    L = np.random.default_rng(1).integers(0, 16, (5, 8, 32), dtype=np.uint8)
+    assert np.array_equal(q4k.unpack_qs(q4k.pack_qs(L)), L)
+
+
+def test_quantize_tiles_do_not_change_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = np.random.default_rng(2).standard_normal((7, 3 * 256)).astype(np.float32)
+    whole = Q4_K.quantize(x)
+    monkeypatch.setattr(q4k, "QUANT_TILE", 24)  # 3 blocks per tile: 21 blocks in 7 tiles
+    assert np.array_equal(Q4_K.quantize(x), whole)
+
+
+@pytest.mark.parametrize("tile", [1, 3, 64])
+def test_matmul_row_tiles(monkeypatch: pytest.MonkeyPatch, tile: int) -> None:
+    rng = np.random.default_rng(3)
+    q = Q4_K.quantize(rng.standard_normal((10, 512)).astype(np.float32))
+    x = rng.standard_normal((5, 512)).astype(np.float32)
+    monkeypatch.setattr(q4k, "MATMUL_ROW_TILE", tile)
+    y = Q4_K.matmul(q, x)
+    ref = x.astype(np.float64) @ Q4_K.dequantize(q).astype(np.float64).T
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_quantize_rejects_fp16_overflow() -> None:
+    x = np.ones((3, 256), np.float32)
+    x[1, 7] = 1e9  # d = max_scale / 63 overflows fp16's 65504
+    with pytest.raises(ValueError, match=r"\(3, 256\).*row 1"):
+        Q4_K.quantize(x)
+
+
+def test_rejects_non_arrays_and_wrong_rank() -> None:
+    with pytest.raises(ValueError, match="numpy float32 array, got list"):
+        Q4_K.quantize([[0.0] * 256])
+    with pytest.raises(ValueError, match=r"2 dimension\(s\), got shape \(256,\)"):
+        Q4_K.quantize(np.zeros(256, np.float32))
+    with pytest.raises(ValueError, match="uint8, got int8"):
+        Q4_K.dequantize(np.zeros((1, 144), np.int8))
