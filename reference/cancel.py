@@ -2,8 +2,8 @@
 
 Three kinds of token share one class:
   - `CancelToken()`: cancelled by `cancel()`, which any thread may call;
-  - `CancelToken.with_budget(n)`: also cancels by itself once n polls have been answered false, so a test can stop
-    a run after exactly n tokens without racing a thread;
+  - `CancelToken.with_budget(n)`: also cancels by itself once n polls have been answered false, so a test can
+    stop a run after exactly n tokens without racing a thread;
   - `CancelToken.never()`: never cancels, and its polls cost nothing and are not counted (it reports 0 polls).
 
 `is_cancelled()` is the poll a generation loop makes and counts; `peek()` is for onlookers (another thread, a
@@ -40,7 +40,9 @@ class CancelToken:
     def cancel(self) -> None:
         """Request cancellation; safe to call from any thread, any number of times."""
         if not self._counting:
-            raise ValueError("CancelToken.never() cannot be cancelled; use CancelToken() for a cancellable token")
+            raise ValueError(
+                "CancelToken.never() cannot be cancelled; use CancelToken() to be able to cancel"
+            )
         self._event.set()
 
     def is_cancelled(self) -> bool:

@@ -7,11 +7,11 @@ The loop in `Session.generate` is the claim of contract apr-serve-cancellation-v
     one forward: the prefill for the first token, else a decode forward on the previous token
     emit the token sampled from those logits
 
-so a run cancelled after n polls emits n tokens and runs n - 1 decode forwards (the first token comes from the
-prefill), and no run ever pays for a forward whose logits it throws away. The engine this follows first polled
-after the decode forward: with a budget of 8 polls it emitted 8 tokens and ran 8 decode passes, the last wasted.
-The mutants in mutants/ (poll-after-forward, poll-deleted, forward-after-last-token) each undo one line of that
-order; their statements are matched by source text, so each statement below is unique in `generate`.
+so a run cancelled after n polls emits n tokens and runs n - 1 decode forwards (the first token comes from
+the prefill), and no run ever pays for a forward whose logits it throws away. The engine this follows first
+polled after the decode forward: with a budget of 8 polls it emitted 8 tokens and ran 8 decode passes, the
+last one wasted. The mutants in mutants/ (poll-after-forward, poll-deleted, forward-after-last-token) each
+undo one line of that order; they are matched by source text, so each statement of `generate` is unique there.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class Session:
         sampler: SampleFn = greedy,
         on_token: Callable[[int], object] | None = None,
     ) -> Run:
-        """Emit up to `max_tokens` tokens continuing `prompt`; see the module docstring for the loop's order."""
+        """Emit up to `max_tokens` tokens continuing `prompt`; the module docstring gives the loop's order."""
         prompt, stops = self._check(prompt, max_tokens, stop_tokens)
         cancel = CancelToken.never() if cancel is None else cancel
         polls_before = cancel.polls
@@ -175,6 +175,7 @@ class Session:
         cap = -(-len(prompt) // self.model.config.chunk_size) * self.model.config.chunk_size
         whole = Prefill.open(self.model, self.state, [*self.history, *prompt], chunk_cap=cap)
         whole.run()
+        assert whole.logits is not None  # the suffix is never empty, so at least one chunk ran
         return whole.logits, whole.chunks_run
 
     def _decode(self, token: int, meter: _Meter) -> np.ndarray:  # -> [vocab]

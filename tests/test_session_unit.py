@@ -47,18 +47,19 @@ def prompt_of(seed: int, n: int, vocab: int) -> list[int]:
     return np.random.default_rng(seed).integers(0, vocab, size=n).tolist()
 
 
-# -- the record matches what the model was actually asked to do ---------------------------------------------------
-
-
-@pytest.mark.parametrize(("budget", "max_tokens"), [(None, 1), (None, 9), (0, 5), (1, 5), (4, 5), (5, 5), (7, 5)])
-def test_record_matches_the_forward_calls_the_model_saw(model: Any, budget: int | None, max_tokens: int) -> None:
+@pytest.mark.parametrize(
+    ("budget", "max_tokens"), [(None, 1), (None, 9), (0, 5), (1, 5), (4, 5), (5, 5), (7, 5)]
+)
+def test_record_matches_the_forward_calls_the_model_saw(
+    model: Any, budget: int | None, max_tokens: int
+) -> None:
     spy = Spy(model)
     prompt = prompt_of(1, 11, model.config.vocab_size)
     cancel = CancelToken.never() if budget is None else CancelToken.with_budget(budget)
     run = Session(spy).generate(prompt, max_tokens, cancel=cancel)
 
     prefill_calls = [c for c in spy.calls if c[0] == 0]
-    decode_calls = spy.calls[len(prefill_calls):]
+    decode_calls = spy.calls[len(prefill_calls) :]
     assert run.prefill_forwards == len(prefill_calls)
     assert run.decode_forwards == len(decode_calls)
     assert all(len(tokens) == 1 for _, tokens in decode_calls)
@@ -112,9 +113,6 @@ def test_greedy_matches_argmax_of_a_fresh_forward(model: Any) -> None:
     assert list(run.tokens) == expected
 
 
-# -- stop tokens --------------------------------------------------------------------------------------------------
-
-
 def test_stop_token_ends_the_run_at_its_first_occurrence(model: Any) -> None:
     prompt = prompt_of(3, 9, model.config.vocab_size)
     full = Session(model).generate(prompt, 12)
@@ -125,7 +123,8 @@ def test_stop_token_ends_the_run_at_its_first_occurrence(model: Any) -> None:
     run = Session(spy).generate(prompt, 12, stop_tokens=[stop, model.config.vocab_size - 1])
     assert run.tokens == full.tokens[: first + 1]
     assert run.stop_reason is StopReason.STOP_TOKEN
-    assert run.decode_forwards == first and len(spy.calls) == first + 1  # prefill + one per token after the first
+    # the prefill, then one decode forward per token after the first
+    assert run.decode_forwards == first and len(spy.calls) == first + 1
 
 
 def test_stop_token_on_the_last_allowed_token_reports_stop_token(model: Any) -> None:
@@ -137,12 +136,11 @@ def test_stop_token_on_the_last_allowed_token_reports_stop_token(model: Any) -> 
     assert run.tokens == full.tokens and run.stop_reason is StopReason.STOP_TOKEN
 
 
-# -- samplers -----------------------------------------------------------------------------------------------------
-
-
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), temperature=st.floats(0.3, 3.0), top_k=st.none() | st.integers(1, 600))
-def test_identical_seeds_give_identical_tokens(model: Any, seed: int, temperature: float, top_k: int | None) -> None:
+def test_identical_seeds_give_identical_tokens(
+    model: Any, seed: int, temperature: float, top_k: int | None
+) -> None:
     prompt = prompt_of(seed % 1000, 7, model.config.vocab_size)
     a = Session(model).generate(prompt, 8, sampler=Sampler(temperature, top_k, seed))
     b = Session(model).generate(prompt, 8, sampler=Sampler(temperature, top_k, seed))
@@ -189,9 +187,6 @@ def test_sampler_refuses_logits_of_the_wrong_shape() -> None:
         greedy(np.zeros((2, 3)))
 
 
-# -- bad requests -------------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     ("prompt", "max_tokens", "stops", "message"),
     [
@@ -223,9 +218,6 @@ def test_bad_requests_are_refused_before_touching_state(
             session.generate(prompt, max_tokens, stop_tokens=stops)
     assert session.state.digest() == digest and session.history == history and len(spy.calls) == calls
     assert warm.emitted == 3
-
-
-# -- prefix reuse -------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=12, deadline=None)
@@ -295,9 +287,6 @@ def test_a_cancelled_run_keeps_an_exact_history(model: Any) -> None:
     assert session.generate(follow, 5).tokens == Session(model).generate(follow, 5).tokens
 
 
-# -- the mutants in mutants/ must each match exactly one statement of Session.generate ----------------------------
-
-
 def _statement_texts(func: Any) -> list[str]:
     """First source line of every statement in `func`'s body (nested ones too), whitespace removed."""
     source = textwrap.dedent(inspect.getsource(func))
@@ -320,4 +309,5 @@ def test_each_mutant_statement_and_anchor_is_unique_in_generate(mutant: str) -> 
     for key in ("statement", "anchor"):
         if key in doc:
             wanted = "".join(doc[key].split())
-            assert texts.count(wanted) == 1, f"{mutant}: {key} {doc[key]!r} matches {texts.count(wanted)} statements"
+            matches = texts.count(wanted)
+            assert matches == 1, f"{mutant}: {key} {doc[key]!r} matches {matches} statements"

@@ -1,0 +1,250 @@
+"""Falsifiers of contract apr-serve-cancellation-v1 (contracts/apr-serve-cancellation-v1.yaml).
+
+Everything comes from the `engine` fixture: `engine.load_model("f32")`, `engine.session(model)`,
+`engine.cancel_token()`; the seeded sampler is the test's own callable (logits -> token id), so these runs ask
+nothing beyond the `generate` capability. Every formula lives in the YAML; the tests only observe.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import falsify
+
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Prompts are drawn as raw ints and folded into the model's vocabulary inside the test.
+raw_prompts = st.lists(st.integers(0, 2**20), min_size=1, max_size=48)
+
+
+@pytest.fixture(scope="module")
+def model(engine: Any) -> Any:
+    return engine.load_model("f32")
+
+
+class SeededSampler:
+    """Softmax sampling over the top 50 logits with its own seeded RNG, one uniform draw per token. The test
+    brings it so the claim holds for any engine that samples through the `sampler` it is given."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def __call__(self, logits: Any) -> int:
+        logits = np.asarray(logits, np.float64)
+        order = np.argsort(-logits, kind="stable")[:50]
+        p = np.exp(logits[order] - logits[order[0]])
+        cdf = np.cumsum(p)
+        return int(
+            order[min(int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right")), len(order) - 1)]
+        )
+
+
+def tokens_of(raw: list[int], model: Any) -> list[int]:
+    return [t % model.config.vocab_size for t in raw]
+
+
+def run_fields(run: Any) -> dict[str, Any]:
+    """The run record's observables, as the contract names them."""
+    return {
+        "tokens": run.tokens,
+        "emitted": run.emitted,
+        "decode_forwards": run.decode_forwards,
+        "prefill_forwards": run.prefill_forwards,
+        "polls": run.polls,
+        "positions": run.positions,
+        "wasted_forwards": run.wasted_forwards,
+        "stop_reason": str(run.stop_reason),
+        "prompt_len": run.prompt_len,
+    }
+
+
+def check_all(*checks: tuple[str, dict[str, Any]]) -> None:
+    """Check every prediction before failing, so a red run names every claim it broke (the first raises, the
+    rest ride along as notes); `falsify.check` records each observation either way."""
+    __tracebackhide__ = True
+    broken: list[falsify.ContractViolation] = []
+    for prediction_id, observed in checks:
+        try:
+            falsify.check(prediction_id, **observed)
+        except falsify.ContractViolation as exc:
+            broken.append(exc)
+    if broken:
+        first = broken[0]
+        for other in broken[1:]:
+            first.add_note(f"also falsified: {other}")
+        raise first
+
+
+def pick(fields: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: fields[name] for name in names}
+
+
+def warm_session(engine: Any, model: Any, prompt: list[int], warm: int) -> Any:
+    """A session; when `warm`, it already holds a prefix of `prompt` from an earlier run (exercises reuse)."""
+    session = engine.session(model)
+    if warm and len(prompt) > 1:
+        session.generate(prompt[: max(1, len(prompt) // 2)], 1)
+    return session
+
+
+@pytest.mark.falsifies(
+    "FALSIFY-SERVE-CANCEL-001",
+    "FALSIFY-SERVE-CANCEL-002",
+    "FALSIFY-SERVE-CANCEL-003",
+    "FALSIFY-SERVE-CANCEL-008",
+    "FALSIFY-SERVE-CANCEL-010",
+)
+@SETTINGS
+@given(n=st.integers(1, 16), extra=st.integers(1, 16), raw=raw_prompts, warm=st.booleans())
+def test_a_budget_cancelled_run(
+    engine: Any, model: Any, n: int, extra: int, raw: list[int], warm: bool
+) -> None:
+    prompt = tokens_of(raw, model)
+    max_tokens = n + extra
+    session = warm_session(engine, model, prompt, warm)
+    run = session.generate(prompt, max_tokens, cancel=engine.cancel_token().with_budget(n))
+    f = run_fields(run)
+    domain = {"n": n, "max_tokens": max_tokens}
+    check_all(
+        ("FALSIFY-SERVE-CANCEL-001", pick(f, "emitted", "stop_reason") | domain),
+        ("FALSIFY-SERVE-CANCEL-002", pick(f, "emitted", "decode_forwards") | domain),
+        ("FALSIFY-SERVE-CANCEL-003", pick(f, "emitted", "polls") | domain),
+        ("FALSIFY-SERVE-CANCEL-008", pick(f, "positions", "prompt_len", "emitted") | domain),
+        ("FALSIFY-SERVE-CANCEL-010", pick(f, "wasted_forwards") | {"n": n}),
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-004", "FALSIFY-SERVE-CANCEL-008", "FALSIFY-SERVE-CANCEL-010")
+@SETTINGS
+@given(max_tokens=st.integers(1, 32), raw=raw_prompts, warm=st.booleans())
+def test_a_run_cancelled_before_its_first_token(
+    engine: Any, model: Any, max_tokens: int, raw: list[int], warm: bool
+) -> None:
+    prompt = tokens_of(raw, model)
+    session = warm_session(engine, model, prompt, warm)
+    run = session.generate(prompt, max_tokens, cancel=engine.cancel_token().with_budget(0))
+    f = run_fields(run)
+    check_all(
+        (
+            "FALSIFY-SERVE-CANCEL-004",
+            pick(f, "emitted", "decode_forwards", "prefill_forwards", "stop_reason")
+            | {"max_tokens": max_tokens},
+        ),
+        (
+            "FALSIFY-SERVE-CANCEL-008",
+            pick(f, "positions", "prompt_len", "emitted") | {"n": 0, "max_tokens": max_tokens},
+        ),
+        ("FALSIFY-SERVE-CANCEL-010", pick(f, "wasted_forwards") | {"n": 0}),
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-005", "FALSIFY-SERVE-CANCEL-008")
+@SETTINGS
+@given(max_tokens=st.integers(1, 32), raw=raw_prompts, warm=st.booleans(), counting=st.booleans())
+def test_an_uncancelled_run(
+    engine: Any, model: Any, max_tokens: int, raw: list[int], warm: bool, counting: bool
+) -> None:
+    prompt = tokens_of(raw, model)
+    session = warm_session(engine, model, prompt, warm)
+    token_class = engine.cancel_token()
+    # a cancellable token nobody cancels must behave like never(): only the poll count differs
+    cancel = token_class() if counting else token_class.never()
+    run = session.generate(prompt, max_tokens, cancel=cancel)
+    f = run_fields(run)
+    check_all(
+        (
+            "FALSIFY-SERVE-CANCEL-005",
+            pick(f, "emitted", "decode_forwards", "stop_reason") | {"max_tokens": max_tokens},
+        ),
+        (
+            "FALSIFY-SERVE-CANCEL-008",
+            pick(f, "positions", "prompt_len", "emitted") | {"max_tokens": max_tokens},
+        ),
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-006")
+@SETTINGS
+@given(n=st.integers(0, 16), extra=st.integers(0, 8), raw=raw_prompts, seed=st.none() | st.integers(0, 10**6))
+def test_cancelled_tokens_are_a_prefix_of_the_uncancelled_run(
+    engine: Any, model: Any, n: int, extra: int, raw: list[int], seed: int | None
+) -> None:
+    prompt = tokens_of(raw, model)
+    max_tokens = n + extra + 1
+
+    def sampler() -> Any:
+        return None if seed is None else SeededSampler(seed)
+
+    def generate(**kw: Any) -> Any:
+        chosen = sampler()
+        extra_kw = {} if chosen is None else {"sampler": chosen}  # None: the engine's default (greedy)
+        return engine.session(model).generate(prompt, max_tokens, **kw, **extra_kw)
+
+    full = generate()
+    cut = generate(cancel=engine.cancel_token().with_budget(n))
+    domain = {"n": n} if seed is None else {"n": n, "seed": seed}
+    falsify.check("FALSIFY-SERVE-CANCEL-006", tokens=cut.tokens, uncancelled_tokens=full.tokens, **domain)
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-007", "FALSIFY-SERVE-CANCEL-008")
+@SETTINGS
+@given(raw=raw_prompts, at=st.integers(0, 19), warm=st.booleans())
+def test_a_stop_token_ends_the_run(engine: Any, model: Any, raw: list[int], at: int, warm: bool) -> None:
+    prompt = tokens_of(raw, model)
+    full = engine.session(model).generate(prompt, 20)
+    stop_token = full.tokens[at]
+    session = warm_session(engine, model, prompt, warm)
+    run = session.generate(prompt, 20, stop_tokens=[stop_token])
+    f = run_fields(run)
+    check_all(
+        (
+            "FALSIFY-SERVE-CANCEL-007",
+            pick(f, "stop_reason", "tokens", "decode_forwards", "emitted", "wasted_forwards")
+            | {"stop_token": stop_token},
+        ),
+        ("FALSIFY-SERVE-CANCEL-008", pick(f, "positions", "prompt_len", "emitted") | {"max_tokens": 20}),
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-009")
+@pytest.mark.parametrize("k", [1, 2, 5, 8])
+def test_cancel_from_another_thread_stops_within_one_token(engine: Any, model: Any, k: int) -> None:
+    token = engine.cancel_token()()
+    go, done = threading.Event(), threading.Event()
+    seen: list[int] = []
+    at_cancel: list[int] = []
+
+    def canceller() -> None:
+        if go.wait(30):
+            token.cancel()
+            at_cancel.append(len(seen))
+        done.set()
+
+    def on_token(t: int) -> None:
+        seen.append(t)
+        if len(seen) == k:
+            # hand over mid-run: the other thread cancels while this run is between two tokens
+            go.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=canceller, name="canceller")
+    thread.start()
+    try:
+        run = engine.session(model).generate([1, 2, 3, k], 40, cancel=token, on_token=on_token)
+    finally:
+        go.set()
+        thread.join(30)
+    assert at_cancel, "the canceller thread never ran"
+    falsify.check(
+        "FALSIFY-SERVE-CANCEL-009",
+        stop_reason=str(run.stop_reason),
+        emitted=run.emitted,
+        emitted_at_cancel=at_cancel[0],
+        k=k,
+    )
