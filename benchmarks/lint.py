@@ -1,6 +1,6 @@
 """Lint throughput: 2,000 generated contracts (5 predictions each), median of repeats. Target: <= 3 s on 2 cores.
 
-    python benchmarks/lint.py [--contracts 2000] [--repeats 3] [--out FILE]
+python benchmarks/lint.py [--contracts 2000] [--repeats 3] [--out FILE]
 """
 
 from __future__ import annotations

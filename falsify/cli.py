@@ -35,12 +35,16 @@ HELP = {
 }
 
 
-def add_lint(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_lint(sub: argparse._SubParsersAction) -> None:
     from falsify.lint import FORMATS
 
     p = sub.add_parser("lint", help=HELP["lint"], description=HELP["lint"])
-    p.add_argument("paths", nargs="*", type=Path, help="files or directories (default: the project's contracts "
-                   "and mutants)")
+    p.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="files or directories (default: the project's contracts and mutants)",
+    )
     p.add_argument("--format", choices=FORMATS, default="text")
 
 
@@ -60,7 +64,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="reference", help="reference (default), hf, or module:factory")
 
 
-def add_bindings(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_bindings(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bindings", help=HELP["bindings"], description=HELP["bindings"])
     _engine_args(p)
 
@@ -97,17 +101,23 @@ def run_bindings(args: argparse.Namespace) -> int:
     for problem in results.get("binding_problems", []):
         print(problem)
     unbound = [pid for pid, tests in tests_of.items() if not tests]
-    print(f"bindings: {len(corpus.contracts)} contracts, {len(tests_of)} predictions, "
-          f"{len(results['collected'])} falsifier tests, {len(unbound)} unbound, "
-          f"{len(results.get('binding_problems', []))} problems")
+    print(
+        f"bindings: {len(corpus.contracts)} contracts, {len(tests_of)} predictions, "
+        f"{len(results['collected'])} falsifier tests, {len(unbound)} unbound, "
+        f"{len(results.get('binding_problems', []))} problems"
+    )
     return 1 if unbound or results.get("binding_problems") else 0
 
 
-def add_gate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_gate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gate", help=HELP["gate"], description=HELP["gate"])
     _engine_args(p)
-    p.add_argument("--out", type=Path, default=Path(".falsify/gate"), help="where results.json, junit.xml and "
-                   "gate.json go (default: .falsify/gate)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".falsify/gate"),
+        help="where results.json, junit.xml and gate.json go (default: .falsify/gate)",
+    )
     p.add_argument("--junit", type=Path, help="also copy the JUnit XML here")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
 

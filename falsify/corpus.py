@@ -114,7 +114,9 @@ def discover(paths: Iterable[Path]) -> list[Path]:
     for path in paths:
         if path.is_dir():
             found.extend(
-                p for p in sorted(path.rglob("*")) if p.suffix in YAML_SUFFIXES and "schema" not in p.relative_to(path).parts
+                p
+                for p in sorted(path.rglob("*"))
+                if p.suffix in YAML_SUFFIXES and "schema" not in p.relative_to(path).parts
             )
         elif path.exists():
             found.append(path)
@@ -158,7 +160,11 @@ def _load_one(path: Path) -> tuple[Contract | Mutant | None, list[Problem]]:
         doc = load_yaml(path, display=_display(path))
     except ContractError as exc:
         return None, list(exc.problems)
-    if isinstance(doc.data, dict) and "contract" not in doc.data and ("kills" in doc.data or "op" in doc.data):
+    if (
+        isinstance(doc.data, dict)
+        and "contract" not in doc.data
+        and ("kills" in doc.data or "op" in doc.data)
+    ):
         return _mutant(doc, problems), problems
     return _contract(doc, problems), problems
 
@@ -183,29 +189,45 @@ def _schema_problems(doc: Located, schema: str) -> list[Problem]:
     except fastjsonschema.JsonSchemaException:
         pass
     problems = []
-    for error in sorted(_validator(schema).iter_errors(doc.data), key=lambda e: list(map(str, e.absolute_path))):
+    for error in sorted(
+        _validator(schema).iter_errors(doc.data), key=lambda e: list(map(str, e.absolute_path))
+    ):
         path = tuple(error.absolute_path)
-        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        if (
+            error.validator == "additionalProperties"
+            and isinstance(error.instance, dict)
+            and isinstance(error.schema, dict)
+        ):
             allowed = error.schema.get("properties", {})
             extras = [k for k in error.instance if k not in allowed]
             for key in extras:
                 problems.append(
-                    Problem(doc.file, doc.line((*path, key)), format_path((*path, key)),
-                            f"unknown key {key!r}" + (f" (allowed: {', '.join(allowed)})" if allowed else ""),
-                            "additionalProperties")
+                    Problem(
+                        doc.file,
+                        doc.line((*path, key)),
+                        format_path((*path, key)),
+                        f"unknown key {key!r}" + (f" (allowed: {', '.join(allowed)})" if allowed else ""),
+                        "additionalProperties",
+                    )
                 )
             if extras:
                 continue
         schema_where = "".join(f"[{p!r}]" for p in error.relative_schema_path)
         problems.append(
-            Problem(doc.file, doc.line(path), format_path(path), f"{error.message} (schema{schema_where})",
-                    str(error.validator))
+            Problem(
+                doc.file,
+                doc.line(path),
+                format_path(path),
+                f"{error.message} (schema{schema_where})",
+                str(error.validator),
+            )
         )
     return problems
 
 
-def _formula(doc: Located, path: tuple[Any, ...], source: str, declared: set[str], what: str,
-             problems: list[Problem]) -> Formula | None:
+def _formula(
+    doc: Located, path: tuple[Any, ...], source: str, declared: set[str], what: str, problems: list[Problem]
+) -> Formula | None:
     try:
         formula = parse(source)
     except FormulaError as exc:
@@ -214,9 +236,13 @@ def _formula(doc: Located, path: tuple[Any, ...], source: str, declared: set[str
     unknown = [n for n in formula.names if n not in declared]
     if unknown:
         problems.append(
-            Problem(doc.file, doc.line(path), format_path(path),
-                    f"{', '.join(map(repr, unknown))} not declared; {what}: {', '.join(sorted(declared)) or 'none'}",
-                    "formula-name")
+            Problem(
+                doc.file,
+                doc.line(path),
+                format_path(path),
+                f"{', '.join(map(repr, unknown))} not declared; {what}: {', '.join(sorted(declared)) or 'none'}",
+                "formula-name",
+            )
         )
         return None
     return formula
@@ -230,8 +256,15 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
     data = doc.data
     stem = Path(doc.file).stem
     if data["contract"] != stem:
-        problems.append(Problem(doc.file, doc.line(("contract",)), "contract",
-                                f"contract id {data['contract']!r} must equal the file stem {stem!r}", "contract-id"))
+        problems.append(
+            Problem(
+                doc.file,
+                doc.line(("contract",)),
+                "contract",
+                f"contract id {data['contract']!r} must equal the file stem {stem!r}",
+                "contract-id",
+            )
+        )
     observables: dict[str, dict[str, Any]] = data["observables"]
     predictions = []
     ok = True
@@ -239,25 +272,56 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
         domain = p.get("domain") or {}
         for name in domain:
             if name in observables:
-                problems.append(Problem(doc.file, doc.line(("predictions", i, "domain", name)),
-                                        format_path(("predictions", i, "domain", name)),
-                                        f"parameter {name!r} shadows an observable of the same name", "domain-shadow"))
+                problems.append(
+                    Problem(
+                        doc.file,
+                        doc.line(("predictions", i, "domain", name)),
+                        format_path(("predictions", i, "domain", name)),
+                        f"parameter {name!r} shadows an observable of the same name",
+                        "domain-shadow",
+                    )
+                )
                 ok = False
-        formula = _formula(doc, ("predictions", i, "formula"), p["formula"], set(observables) | set(domain),
-                           "declared observables and parameters", problems)
+        formula = _formula(
+            doc,
+            ("predictions", i, "formula"),
+            p["formula"],
+            set(observables) | set(domain),
+            "declared observables and parameters",
+            problems,
+        )
         if formula is None:
             ok = False
             continue
-        predictions.append(Prediction(p["id"], data["contract"], p["claim"], formula, domain, p["if_fails"],
-                                      tuple(p.get("mutants", ())), doc.file, doc.line(("predictions", i))))
+        predictions.append(
+            Prediction(
+                p["id"],
+                data["contract"],
+                p["claim"],
+                formula,
+                domain,
+                p["if_fails"],
+                tuple(p.get("mutants", ())),
+                doc.file,
+                doc.line(("predictions", i)),
+            )
+        )
     ids = {p["id"] for p in data["predictions"]}
     costs = []
     for i, c in enumerate(data.get("costs", [])):
-        formula = _formula(doc, ("costs", i, "formula"), c["formula"], set(observables), "declared observables",
-                           problems)
+        formula = _formula(
+            doc, ("costs", i, "formula"), c["formula"], set(observables), "declared observables", problems
+        )
         if c["checked_by"] not in ids:
-            problems.append(Problem(doc.file, doc.line(("costs", i, "checked_by")), format_path(("costs", i, "checked_by")),
-                                    f"{c['checked_by']} is not a prediction of this contract", "cost-ref"))
+            problems.append(
+                Problem(
+                    doc.file,
+                    doc.line(("costs", i, "checked_by")),
+                    format_path(("costs", i, "checked_by")),
+                    f"{c['checked_by']} is not a prediction of this contract",
+                    "cost-ref",
+                )
+            )
             ok = False
         if formula is None:
             ok = False
@@ -265,9 +329,17 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
         costs.append(Cost(c["name"], formula, c["per"], c.get("unit", ""), c["checked_by"]))
     if not ok:
         return None
-    return Contract(data["contract"], data["version"], data["title"], doc.file,
-                    hashlib.sha256(Path(doc.file).read_bytes()).hexdigest(), tuple(data.get("requires", ())),
-                    observables, tuple(predictions), tuple(costs))
+    return Contract(
+        data["contract"],
+        data["version"],
+        data["title"],
+        doc.file,
+        hashlib.sha256(Path(doc.file).read_bytes()).hexdigest(),
+        tuple(data.get("requires", ())),
+        observables,
+        tuple(predictions),
+        tuple(costs),
+    )
 
 
 def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
@@ -278,15 +350,41 @@ def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
     d = doc.data
     stem = Path(doc.file).stem
     if d["id"] != stem:
-        problems.append(Problem(doc.file, doc.line(("id",)), "id", f"mutant id {d['id']!r} must equal the file stem "
-                                f"{stem!r}", "mutant-id"))
+        problems.append(
+            Problem(
+                doc.file,
+                doc.line(("id",)),
+                "id",
+                f"mutant id {d['id']!r} must equal the file stem {stem!r}",
+                "mutant-id",
+            )
+        )
         return None
     root = find_project().root
     if not (root / d["file"]).is_file():
-        problems.append(Problem(doc.file, doc.line(("file",)), "file", f"{d['file']} does not exist under {root}",
-                                "mutant-file"))
-    return Mutant(d["id"], d["description"], d["file"], d["function"], d["op"], d["statement"], d.get("anchor"),
-                  d.get("where"), d.get("replacement"), tuple(d["kills"]), doc.file, 1)
+        problems.append(
+            Problem(
+                doc.file,
+                doc.line(("file",)),
+                "file",
+                f"{d['file']} does not exist under {root}",
+                "mutant-file",
+            )
+        )
+    return Mutant(
+        d["id"],
+        d["description"],
+        d["file"],
+        d["function"],
+        d["op"],
+        d["statement"],
+        d.get("anchor"),
+        d.get("where"),
+        d.get("replacement"),
+        tuple(d["kills"]),
+        doc.file,
+        1,
+    )
 
 
 def _cross_check(corpus: Corpus, mutant_universe: Path | None) -> None:
@@ -295,13 +393,27 @@ def _cross_check(corpus: Corpus, mutant_universe: Path | None) -> None:
     contracts_seen: dict[str, Contract] = {}
     for contract in corpus.contracts:
         if contract.id in contracts_seen:
-            problems.append(Problem(contract.file, 1, "contract", f"contract id {contract.id} also defined in "
-                                    f"{contracts_seen[contract.id].file}", "duplicate-id"))
+            problems.append(
+                Problem(
+                    contract.file,
+                    1,
+                    "contract",
+                    f"contract id {contract.id} also defined in {contracts_seen[contract.id].file}",
+                    "duplicate-id",
+                )
+            )
         contracts_seen[contract.id] = contract
         for p in contract.predictions:
             if p.id in seen:
-                problems.append(Problem(p.file, p.line, "", f"prediction id {p.id} also defined in "
-                                        f"{seen[p.id].file}:{seen[p.id].line}", "duplicate-id"))
+                problems.append(
+                    Problem(
+                        p.file,
+                        p.line,
+                        "",
+                        f"prediction id {p.id} also defined in {seen[p.id].file}:{seen[p.id].line}",
+                        "duplicate-id",
+                    )
+                )
             else:
                 seen[p.id] = p
     mutants = {m.id: m for m in corpus.mutants}
@@ -313,20 +425,42 @@ def _cross_check(corpus: Corpus, mutant_universe: Path | None) -> None:
     for p in seen.values():
         for m in p.mutants:
             if m not in known:
-                problems.append(Problem(p.file, p.line, p.id, f"mutant {m!r} has no file mutants/{m}.yaml",
-                                        "mutant-ref"))
+                problems.append(
+                    Problem(p.file, p.line, p.id, f"mutant {m!r} has no file mutants/{m}.yaml", "mutant-ref")
+                )
             elif m in mutants and p.id not in mutants[m].kills:
-                problems.append(Problem(p.file, p.line, p.id, f"lists mutant {m!r}, whose `kills` does not name "
-                                        f"{p.id}", "mutant-kills"))
+                problems.append(
+                    Problem(
+                        p.file,
+                        p.line,
+                        p.id,
+                        f"lists mutant {m!r}, whose `kills` does not name {p.id}",
+                        "mutant-kills",
+                    )
+                )
     if corpus.contracts:
-        for m in corpus.mutants:
-            for pid in m.kills:
+        for mutant in corpus.mutants:
+            for pid in mutant.kills:
                 if pid not in seen:
-                    problems.append(Problem(m.path, m.line, "kills", f"{pid} is not a prediction of any contract",
-                                            "mutant-kills"))
-                elif m.id not in seen[pid].mutants:
-                    problems.append(Problem(m.path, m.line, "kills", f"{pid} does not list this mutant in its "
-                                            "`mutants`", "mutant-kills"))
+                    problems.append(
+                        Problem(
+                            mutant.path,
+                            mutant.line,
+                            "kills",
+                            f"{pid} is not a prediction of any contract",
+                            "mutant-kills",
+                        )
+                    )
+                elif mutant.id not in seen[pid].mutants:
+                    problems.append(
+                        Problem(
+                            mutant.path,
+                            mutant.line,
+                            "kills",
+                            f"{pid} does not list this mutant in its `mutants`",
+                            "mutant-kills",
+                        )
+                    )
 
 
 @cache

@@ -32,5 +32,7 @@ def load_engine(spec: str) -> Any:
     engine = factory()
     for needed in ("name", "supports"):
         if not hasattr(engine, needed):
-            raise EngineError(f"engine {spec!r}: the object {target} made has no {needed!r} (see README, Other engines)")
+            raise EngineError(
+                f"engine {spec!r}: the object {target} made has no {needed!r} (see README, Other engines)"
+            )
     return engine

@@ -56,7 +56,11 @@ _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Not: operator.not_,
+}
 _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
@@ -116,11 +120,12 @@ def parse(source: str) -> Formula:
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED):
             what = _DESCRIBE.get(type(node), type(node).__name__)
-            raise FormulaError(f"{what} is not allowed in a formula (column {getattr(node, 'col_offset', 0) + 1})")
+            raise FormulaError(
+                f"{what} is not allowed in a formula (column {getattr(node, 'col_offset', 0) + 1})"
+            )
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            if node.id.startswith("_"):
-                raise FormulaError(f"name {node.id!r} is not allowed (names starting with '_' are reserved)")
+        if isinstance(node, ast.Name) and node.id.startswith("_"):
+            raise FormulaError(f"name {node.id!r} is not allowed (names starting with '_' are reserved)")
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
                 callee = node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
@@ -129,7 +134,9 @@ def parse(source: str) -> Formula:
                 )
             if node.keywords:
                 raise FormulaError("keyword arguments are not allowed in a formula")
-        if isinstance(node, ast.Constant) and not isinstance(node.value, int | float | str | bool | type(None)):
+        if isinstance(node, ast.Constant) and not isinstance(
+            node.value, int | float | str | bool | type(None)
+        ):
             raise FormulaError(f"constant {node.value!r} is not allowed")
     # Free names: every Name that is not the callee of an allowed call.
     callees = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
@@ -187,7 +194,9 @@ class _Eval:
         left, right = self.visit(node.left), self.visit(node.right)
         if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > MAX_POW:
             raise FormulaError(f"exponent {right} is over the {MAX_POW} limit")
-        if isinstance(node.op, ast.Mult) and (isinstance(left, list | str | tuple) or isinstance(right, list | str | tuple)):
+        if isinstance(node.op, ast.Mult) and (
+            isinstance(left, list | str | tuple) or isinstance(right, list | str | tuple)
+        ):
             count = right if isinstance(left, list | str | tuple) else left
             seq = left if isinstance(left, list | str | tuple) else right
             if isinstance(count, int) and count * len(seq) > MAX_SEQ:

@@ -17,20 +17,50 @@ from falsify.results import Outcome, PredictionResult, load_results, per_predict
 from falsify.table import table
 
 
-def run_pytest(project: Project, results: Path, args: list[str], *, engine: str, junit: Path | None = None,
-               collect_only: bool = False, quiet: bool = False, env: dict[str, str] | None = None,
-               timeout: float | None = None) -> int:
-    cmd = [sys.executable, "-m", "pytest", str(project.tests), "--falsify-strict", "--falsify-only",
-           "--falsify-contracts", str(project.contracts), "--falsify-results", str(results), "--engine", engine,
-           "-p", "no:cacheprovider", "-q"]
+def run_pytest(
+    project: Project,
+    results: Path,
+    args: list[str],
+    *,
+    engine: str,
+    junit: Path | None = None,
+    collect_only: bool = False,
+    quiet: bool = False,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> int:
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(project.tests),
+        "--falsify-strict",
+        "--falsify-only",
+        "--falsify-contracts",
+        str(project.contracts),
+        "--falsify-results",
+        str(results),
+        "--engine",
+        engine,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+    ]
     if junit:
         cmd += ["--junitxml", str(junit)]
     if collect_only:
         cmd.append("--collect-only")
     cmd += args
     out = subprocess.DEVNULL if quiet else None
-    proc = subprocess.run(cmd, cwd=project.root, stdout=out, stderr=out, env=env or os.environ.copy(),
-                          timeout=timeout, check=False)
+    proc = subprocess.run(
+        cmd,
+        cwd=project.root,
+        stdout=out,
+        stderr=out,
+        env=env or os.environ.copy(),
+        timeout=timeout,
+        check=False,
+    )
     return proc.returncode
 
 
@@ -47,14 +77,19 @@ def gate(project: Project, *, engine: str, out: Path, pytest_args: list[str]) ->
         return EXIT_EMPTY
     if problems:
         print("\n".join(problems))
-        print(f"gate: FAIL — lint found {len(problems)} error(s) in {corpus.files} files; no falsifier was run")
+        print(
+            f"gate: FAIL — lint found {len(problems)} error(s) in {corpus.files} files; no falsifier was run"
+        )
         return 1
     out.mkdir(parents=True, exist_ok=True)
     results_path, junit = out / "results.json", out / "junit.xml"
     results_path.unlink(missing_ok=True)
     n_pred = sum(len(c.predictions) for c in corpus.contracts)
-    print(f"gate: running the falsifiers of {len(corpus.contracts)} contracts, {n_pred} predictions on engine "
-          f"{engine!r}", flush=True)
+    print(
+        f"gate: running the falsifiers of {len(corpus.contracts)} contracts, {n_pred} predictions on engine "
+        f"{engine!r}",
+        flush=True,
+    )
     code = run_pytest(project, results_path, pytest_args, engine=engine, junit=junit)
     if not results_path.is_file():
         print(f"gate: FAIL — pytest exited {code} before any result was written (see its output above)")
@@ -68,9 +103,20 @@ def gate(project: Project, *, engine: str, out: Path, pytest_args: list[str]) ->
     print()
     print(render(rows))
     summary, ok = verdict(corpus, rows, results, engine)
-    (out / "gate.json").write_text(json.dumps({"verdict": summary, "ok": ok, "engine": engine, "pytest_exit": code,
-                                               "predictions": [asdict(r) for r in rows]}, indent=1, default=str),
-                                   encoding="utf-8")
+    (out / "gate.json").write_text(
+        json.dumps(
+            {
+                "verdict": summary,
+                "ok": ok,
+                "engine": engine,
+                "pytest_exit": code,
+                "predictions": [asdict(r) for r in rows],
+            },
+            indent=1,
+            default=str,
+        ),
+        encoding="utf-8",
+    )
     print(summary)
     print(f"gate: JUnit XML in {junit}, results in {results_path}")
     return 0 if ok and code == 0 else 1
@@ -79,8 +125,18 @@ def gate(project: Project, *, engine: str, out: Path, pytest_args: list[str]) ->
 def render(rows: list[PredictionResult]) -> str:
     return table(
         ["prediction", "contract", "outcome", "tests", "checks", "time", "detail"],
-        [[r.id, r.contract, str(r.outcome), str(len(r.tests)), str(r.checks), f"{r.seconds:.2f}s",
-          _one_line(r.detail)] for r in rows],
+        [
+            [
+                r.id,
+                r.contract,
+                str(r.outcome),
+                str(len(r.tests)),
+                str(r.checks),
+                f"{r.seconds:.2f}s",
+                _one_line(r.detail),
+            ]
+            for r in rows
+        ],
     )
 
 
@@ -89,14 +145,22 @@ def _one_line(text: str, limit: int = 90) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def verdict(corpus: Corpus, rows: list[PredictionResult], results: dict[str, object], engine: str) -> tuple[str, bool]:
+def verdict(
+    corpus: Corpus, rows: list[PredictionResult], results: dict[str, object], engine: str
+) -> tuple[str, bool]:
     counts = Counter(r.outcome for r in rows)
     tests = results.get("tests", {})
     assert isinstance(tests, dict)
     ran = sum(1 for t in tests.values() if t.get("outcome") in ("passed", "failed", "error"))
-    ok = (counts[Outcome.PASS] > 0 and not counts[Outcome.FAIL] and not counts[Outcome.ERROR]
-          and not counts[Outcome.NOT_RUN])
+    ok = (
+        counts[Outcome.PASS] > 0
+        and not counts[Outcome.FAIL]
+        and not counts[Outcome.ERROR]
+        and not counts[Outcome.NOT_RUN]
+    )
     parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in Outcome)
     word = "PASS" if ok else "FAIL"
-    return (f"gate: {word} — {len(corpus.contracts)} contracts, {len(rows)} predictions ({parts}), "
-            f"{ran} tests run of {len(tests)}, engine {engine}"), ok
+    return (
+        f"gate: {word} — {len(corpus.contracts)} contracts, {len(rows)} predictions ({parts}), "
+        f"{ran} tests run of {len(tests)}, engine {engine}"
+    ), ok

@@ -29,23 +29,32 @@ def verdict(corpus: Corpus, paths: list[Path]) -> str:
     predictions = sum(len(c.predictions) for c in corpus.contracts)
     mutants = f", {len(corpus.mutants)} mutants" if corpus.mutants else ""
     n = len(corpus.problems)
-    return (f"lint: {corpus.files} files, {len(corpus.contracts)} contracts, {predictions} predictions{mutants}, "
-            f"{n} error{'s' if n != 1 else ''}")
+    return (
+        f"lint: {corpus.files} files, {len(corpus.contracts)} contracts, {predictions} predictions{mutants}, "
+        f"{n} error{'s' if n != 1 else ''}"
+    )
 
 
 def render(corpus: Corpus, paths: list[Path], fmt: str) -> str:
     problems = corpus.problems
     if fmt == "json":
         return json.dumps(
-            {"verdict": verdict(corpus, paths), "files": corpus.files, "contracts": len(corpus.contracts),
-             "predictions": sum(len(c.predictions) for c in corpus.contracts), "mutants": len(corpus.mutants),
-             "errors": [_as_dict(p) for p in problems]},
+            {
+                "verdict": verdict(corpus, paths),
+                "files": corpus.files,
+                "contracts": len(corpus.contracts),
+                "predictions": sum(len(c.predictions) for c in corpus.contracts),
+                "mutants": len(corpus.mutants),
+                "errors": [_as_dict(p) for p in problems],
+            },
             indent=2,
         )
     if fmt == "sarif":
         return json.dumps(_sarif(problems), indent=2)
     if fmt == "github":
-        lines = [f"::error file={p.file},line={p.line},title={p.rule}::{_gh_escape(_text(p))}" for p in problems]
+        lines = [
+            f"::error file={p.file},line={p.line},title={p.rule}::{_gh_escape(_text(p))}" for p in problems
+        ]
         return "\n".join([*lines, verdict(corpus, paths)])
     return "\n".join([*(str(p) for p in problems), verdict(corpus, paths)])
 
@@ -67,15 +76,31 @@ def _sarif(problems: list[Problem]) -> dict[str, object]:
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {"name": "falsify", "informationUri": "https://falsify.dev",
-                                "rules": [{"id": r, "shortDescription": {"text": r}} for r in rules]}},
-            "results": [{
-                "ruleId": p.rule,
-                "level": "error",
-                "message": {"text": _text(p)},
-                "locations": [{"physicalLocation": {"artifactLocation": {"uri": p.file},
-                                                    "region": {"startLine": max(p.line, 1)}}}],
-            } for p in problems],
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "falsify",
+                        "informationUri": "https://falsify.dev",
+                        "rules": [{"id": r, "shortDescription": {"text": r}} for r in rules],
+                    }
+                },
+                "results": [
+                    {
+                        "ruleId": p.rule,
+                        "level": "error",
+                        "message": {"text": _text(p)},
+                        "locations": [
+                            {
+                                "physicalLocation": {
+                                    "artifactLocation": {"uri": p.file},
+                                    "region": {"startLine": max(p.line, 1)},
+                                }
+                            }
+                        ],
+                    }
+                    for p in problems
+                ],
+            }
+        ],
     }

@@ -32,12 +32,20 @@ def _register_hypothesis_profiles() -> None:
     quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
     settings.register_profile("dev", deadline=None)
     # CI: same examples every run, nothing remembered between runs, failures printed as a reproduction blob.
-    settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True,
-                              suppress_health_check=quiet)
+    settings.register_profile(
+        "ci", derandomize=True, database=None, deadline=None, print_blob=True, suppress_health_check=quiet
+    )
     settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=quiet)
     # Mutation runs only need the first counterexample, fast: no shrinking, no database, fixed seed.
-    settings.register_profile("mutation", derandomize=True, database=None, deadline=None, max_examples=25,
-                              phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=quiet)
+    settings.register_profile(
+        "mutation",
+        derandomize=True,
+        database=None,
+        deadline=None,
+        max_examples=25,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=quiet,
+    )
 
 
 _register_hypothesis_profiles()
@@ -45,15 +53,28 @@ _register_hypothesis_profiles()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("falsify")
-    group.addoption("--falsify-contracts", help="contracts directory (default: ini falsify_contracts / [tool.falsify])")
-    group.addoption("--falsify-strict", action="store_true",
-                    help="fail the session unless every prediction is bound to a collected test")
-    group.addoption("--falsify-only", action="store_true", help="run only falsifiers (tests marked `falsifies`)")
+    group.addoption(
+        "--falsify-contracts", help="contracts directory (default: ini falsify_contracts / [tool.falsify])"
+    )
+    group.addoption(
+        "--falsify-strict",
+        action="store_true",
+        help="fail the session unless every prediction is bound to a collected test",
+    )
+    group.addoption(
+        "--falsify-only", action="store_true", help="run only falsifiers (tests marked `falsifies`)"
+    )
     group.addoption("--falsify-results", help="write per-test outcomes and observations as JSON to this file")
-    group.addoption("--falsify-no-skip", action="store_true",
-                    help="fail the session if any test was skipped (oracle envs: a missing oracle is a failure)")
-    group.addoption("--engine", default=os.environ.get("FALSIFY_ENGINE", "reference"),
-                    help="engine under test: reference (default), hf, or module:factory")
+    group.addoption(
+        "--falsify-no-skip",
+        action="store_true",
+        help="fail the session if any test was skipped (oracle envs: a missing oracle is a failure)",
+    )
+    group.addoption(
+        "--engine",
+        default=os.environ.get("FALSIFY_ENGINE", "reference"),
+        help="engine under test: reference (default), hf, or module:factory",
+    )
     parser.addini("falsify_contracts", "contracts directory, relative to the rootdir", default="")
 
 
@@ -99,8 +120,9 @@ class FalsifyPlugin:
                 if pid in bound:
                     bound[pid].append(item.nodeid)
                 else:
-                    problems.append(f"{item.nodeid}: marker names {pid!r}, which no contract in {self.contracts} "
-                                    "defines")
+                    problems.append(
+                        f"{item.nodeid}: marker names {pid!r}, which no contract in {self.contracts} defines"
+                    )
         if config.getoption("falsify_strict"):
             for pid, tests in bound.items():
                 if not tests:
@@ -152,8 +174,10 @@ class FalsifyPlugin:
         if unchecked:
             record["exception"] = "BindingError"
             names = ", ".join(unchecked)
-            raise AssertionError(f"bound to {names} but never called falsify.check for it: a bound test that "
-                                 "checks nothing is a defect")
+            raise AssertionError(
+                f"bound to {names} but never called falsify.check for it: a bound test that "
+                "checks nothing is a defect"
+            )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         ids = [pid for c in self.collected if c["nodeid"] == report.nodeid for pid in c["predictions"]]
@@ -165,9 +189,13 @@ class FalsifyPlugin:
                 record["message"] = report.longrepr[2]
         elif report.failed:
             # FAIL is a falsified claim (an assertion); anything else raised is an ERROR of the test itself.
-            record["outcome"] = "failed" if report.when == "call" and record.get("assertion", True) else "error"
+            record["outcome"] = (
+                "failed" if report.when == "call" and record.get("assertion", True) else "error"
+            )
             crash = getattr(report.longrepr, "reprcrash", None)
-            record["message"] = (crash.message if crash else report.longreprtext.strip().split("\n")[-1])[:1000]
+            record["message"] = (crash.message if crash else report.longreprtext.strip().split("\n")[-1])[
+                :1000
+            ]
             record["where"] = report.when
         elif report.when == "call" and record["outcome"] == "not run":
             record["outcome"] = "passed"
@@ -179,14 +207,18 @@ class FalsifyPlugin:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
                 tr = self.config.pluginmanager.get_plugin("terminalreporter")
                 if tr is not None:
-                    tr.write_line(f"falsify: --falsify-no-skip: {len(skipped)} test(s) skipped, failing the run",
-                                  red=True)
+                    tr.write_line(
+                        f"falsify: --falsify-no-skip: {len(skipped)} test(s) skipped, failing the run",
+                        red=True,
+                    )
         self._write_results()
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         corpus = self.load()
-        return (f"falsify: {len(corpus.contracts)} contracts, {len(corpus.predictions)} predictions in "
-                f"{self.contracts}; engine {config.getoption('engine')}")
+        return (
+            f"falsify: {len(corpus.contracts)} contracts, {len(corpus.predictions)} predictions in "
+            f"{self.contracts}; engine {config.getoption('engine')}"
+        )
 
     def _write_results(self) -> None:
         path = self.config.getoption("falsify_results")
@@ -224,7 +256,9 @@ def _clip(value: Any, limit: int = 16) -> Any:
 def _summarise(observations: list[Observation]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for ob in observations:
-        entry = out.setdefault(ob.prediction_id, {"checks": 0, "held": 0, "failed_values": None, "last_values": None})
+        entry = out.setdefault(
+            ob.prediction_id, {"checks": 0, "held": 0, "failed_values": None, "last_values": None}
+        )
         entry["checks"] += 1
         entry["held"] += int(ob.held)
         values = {k: _clip(v) for k, v in ob.values.items()}

@@ -57,14 +57,26 @@ def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionRe
                 checks += ob["checks"] if ob else 0
                 seconds += r.get("duration", 0.0)
                 seen.append((*_test_outcome(p.id, r, ob), nid, _values(ob)))
+            result: tuple[Outcome, str, str, dict[str, Any] | None]
             if not seen:
                 result = (Outcome.NOT_RUN, "no bound test ran", "", None)
             else:
                 result = min(seen, key=lambda s: _SEVERITY.index(s[0]))
             outcome, detail, _, values = result
             failing = tuple(nid for o, _, nid, _ in seen if o in (Outcome.FAIL, Outcome.ERROR))
-            out.append(PredictionResult(p.id, contract.id, outcome, tuple(bound), failing, seconds, checks,
-                                        "" if outcome is Outcome.PASS else detail, values))
+            out.append(
+                PredictionResult(
+                    p.id,
+                    contract.id,
+                    outcome,
+                    tuple(bound),
+                    failing,
+                    seconds,
+                    checks,
+                    "" if outcome is Outcome.PASS else detail,
+                    values,
+                )
+            )
     return out
 
 
@@ -91,9 +103,9 @@ def _test_outcome(pid: str, r: dict[str, Any], ob: dict[str, Any] | None) -> tup
         return Outcome.FAIL, message
     if outcome == "skipped":
         if message.startswith("Skipped: "):
-            message = message[len("Skipped: "):]
+            message = message[len("Skipped: ") :]
         if message.startswith(NOT_APPLICABLE):
-            return Outcome.NOT_APPLICABLE, message[len(NOT_APPLICABLE):]
+            return Outcome.NOT_APPLICABLE, message[len(NOT_APPLICABLE) :]
         return Outcome.NOT_RUN, f"skipped: {message}"
     if outcome == "passed":
         return (Outcome.PASS, "") if ob else (Outcome.NOT_RUN, "passed without checking it")

@@ -51,7 +51,9 @@ def load_yaml(path: Path, display: str | None = None) -> Located:
         raise ContractError(Problem(name, 0, "", f"cannot read: {exc.strerror}", "io")) from None
     if size > MAX_BYTES:
         raise ContractError(
-            Problem(name, 1, "", f"file is {size / 1e6:.1f} MB, over the {MAX_BYTES // 1024} KiB limit", "size")
+            Problem(
+                name, 1, "", f"file is {size / 1e6:.1f} MB, over the {MAX_BYTES // 1024} KiB limit", "size"
+            )
         )
     raw = path.read_bytes()
     try:
@@ -59,7 +61,9 @@ def load_yaml(path: Path, display: str | None = None) -> Located:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ContractError(
-            Problem(name, line, "", f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}", "encoding")
+            Problem(
+                name, line, "", f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}", "encoding"
+            )
         ) from None
     return parse_yaml(text, name)
 
@@ -84,7 +88,9 @@ def parse_yaml(text: str, name: str) -> Located:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
-        raise ContractError(Problem(name, line, "", f"YAML syntax: {exc.problem or exc.context}", "yaml")) from None
+        raise ContractError(
+            Problem(name, line, "", f"YAML syntax: {exc.problem or exc.context}", "yaml")
+        ) from None
     except yaml.YAMLError as exc:
         raise ContractError(Problem(name, 1, "", f"YAML: {exc}", "yaml")) from None
     return located
@@ -99,8 +105,13 @@ def _build(node: yaml.Node, path: Path_, out: Located, name: str, seen_nodes: se
         return node.value if node.tag == _STR else loader.construct_object(node, deep=True)
     if id(node) in seen_nodes:
         raise ContractError(
-            Problem(name, node.start_mark.line + 1, format_path(path),
-                    "YAML anchors and aliases are not allowed in contracts", "alias")
+            Problem(
+                name,
+                node.start_mark.line + 1,
+                format_path(path),
+                "YAML anchors and aliases are not allowed in contracts",
+                "alias",
+            )
         )
     seen_nodes.add(id(node))
     if isinstance(node, yaml.SequenceNode):
@@ -110,22 +121,39 @@ def _build(node: yaml.Node, path: Path_, out: Located, name: str, seen_nodes: se
             items.append(_build(item, (*path, i), out, name, seen_nodes, loader))
         return items
     if node.tag != "tag:yaml.org,2002:map" or not isinstance(node, yaml.MappingNode):
-        raise ContractError(Problem(name, node.start_mark.line + 1, format_path(path), f"unsupported YAML node "
-                                    f"{node.tag}", "yaml"))
+        raise ContractError(
+            Problem(
+                name, node.start_mark.line + 1, format_path(path), f"unsupported YAML node {node.tag}", "yaml"
+            )
+        )
     mapping: dict[Any, Any] = {}
     lines: dict[Any, int] = {}
     for key_node, value_node in node.value:
         if not isinstance(key_node, yaml.ScalarNode):
-            raise ContractError(Problem(name, key_node.start_mark.line + 1, format_path(path),
-                                        "mapping keys must be plain scalars", "yaml"))
+            raise ContractError(
+                Problem(
+                    name,
+                    key_node.start_mark.line + 1,
+                    format_path(path),
+                    "mapping keys must be plain scalars",
+                    "yaml",
+                )
+            )
         key = _build(key_node, path, out, name, seen_nodes, loader)
         line = key_node.start_mark.line + 1
         if key == "<<":
-            raise ContractError(Problem(name, line, format_path(path), "YAML merge keys are not allowed", "alias"))
+            raise ContractError(
+                Problem(name, line, format_path(path), "YAML merge keys are not allowed", "alias")
+            )
         if key in lines:
             raise ContractError(
-                Problem(name, line, format_path((*path, key)), f"duplicate key {key!r} (first on line "
-                        f"{lines[key]})", "duplicate-key")
+                Problem(
+                    name,
+                    line,
+                    format_path((*path, key)),
+                    f"duplicate key {key!r} (first on line {lines[key]})",
+                    "duplicate-key",
+                )
             )
         lines[key] = line
         out.lines[(*path, key)] = line

@@ -14,8 +14,15 @@ ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 
 
 def falsify(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "falsify.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=ENV, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "falsify.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=ENV,
+        timeout=300,
+        check=False,
+    )
 
 
 def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
@@ -78,11 +85,14 @@ def test_lint_formats(fmt: str) -> None:
         sarif = json.loads(result.stdout)
         assert sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"] == 7
     else:
-        assert result.stdout.startswith("::error file=") and ",line=7,title=additionalProperties::" in result.stdout
+        assert (
+            result.stdout.startswith("::error file=")
+            and ",line=7,title=additionalProperties::" in result.stdout
+        )
 
 
 CONTRACT = (FIXTURES / "good" / "demo-serve-v1.yaml").read_text()
-FALSIFIERS = '''\
+FALSIFIERS = """\
 import falsify, pytest
 
 @pytest.mark.falsifies("FALSIFY-DEMO-001")
@@ -93,14 +103,16 @@ def test_forwards(engine):
 @pytest.mark.falsifies("FALSIFY-DEMO-002")
 def test_prefix():
     falsify.check("FALSIFY-DEMO-002", tokens=[1, 2], reference_tokens=[1, 2, 3], n=2, wasted_forwards=0)
-'''
+"""
 
 
 def make_project(root: Path, forwards: int = 7, body: str = FALSIFIERS) -> Path:
     (root / "contracts").mkdir(parents=True)
     (root / "tests").mkdir()
-    (root / "pyproject.toml").write_text('[tool.falsify]\ncontracts = "contracts"\ntests = "tests"\n'
-                                         '[tool.pytest.ini_options]\nfalsify_contracts = "contracts"\n')
+    (root / "pyproject.toml").write_text(
+        '[tool.falsify]\ncontracts = "contracts"\ntests = "tests"\n'
+        '[tool.pytest.ini_options]\nfalsify_contracts = "contracts"\n'
+    )
     (root / "contracts" / "demo-serve-v1.yaml").write_text(CONTRACT.replace("requires: [generate]\n", ""))
     (root / "tests" / "test_demo.py").write_text(body.replace("FORWARDS", str(forwards)))
     return root
@@ -111,8 +123,10 @@ def test_gate_passes_with_table_and_junit(tmp_path: Path) -> None:
     result = falsify("gate", cwd=root)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FALSIFY-DEMO-001  demo-serve-v1  PASS" in result.stdout
-    assert ("gate: PASS — 1 contracts, 2 predictions (2 pass, 0 fail, 0 error, 0 not run, 0 not applicable), "
-            "2 tests run of 2, engine reference") in result.stdout
+    assert (
+        "gate: PASS — 1 contracts, 2 predictions (2 pass, 0 fail, 0 error, 0 not run, 0 not applicable), "
+        "2 tests run of 2, engine reference"
+    ) in result.stdout
     assert (root / ".falsify" / "gate" / "junit.xml").read_text().count("<testcase") == 2
 
 
@@ -126,7 +140,9 @@ def test_gate_fails_on_a_falsified_prediction(tmp_path: Path) -> None:
 
 
 def test_gate_fails_naming_an_unbound_prediction(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", body=FALSIFIERS.replace('@pytest.mark.falsifies("FALSIFY-DEMO-002")\n', ""))
+    root = make_project(
+        tmp_path / "p", body=FALSIFIERS.replace('@pytest.mark.falsifies("FALSIFY-DEMO-002")\n', "")
+    )
     result = falsify("gate", cwd=root)
     assert result.returncode == 1
     assert "FALSIFY-DEMO-002 (contracts/demo-serve-v1.yaml:19) is bound to no collected test" in result.stdout
@@ -135,8 +151,10 @@ def test_gate_fails_naming_an_unbound_prediction(tmp_path: Path) -> None:
 
 
 def test_gate_fails_on_a_marker_with_an_unknown_id(tmp_path: Path) -> None:
-    root = make_project(tmp_path / "p", body=FALSIFIERS + '\n@pytest.mark.falsifies("FALSIFY-DEMO-404")\n'
-                        'def test_ghost():\n    pass\n')
+    root = make_project(
+        tmp_path / "p",
+        body=FALSIFIERS + '\n@pytest.mark.falsifies("FALSIFY-DEMO-404")\ndef test_ghost():\n    pass\n',
+    )
     result = falsify("gate", cwd=root)
     assert result.returncode == 1
     assert "marker names 'FALSIFY-DEMO-404', which no contract" in result.stdout

@@ -68,9 +68,14 @@ def test_missing_value_is_named() -> None:
 
 @pytest.mark.parametrize(
     ("source", "values", "fragment"),
-    [("2 ** n", {"n": 10_000}, "exponent"), ("[0] * n", {"n": 10**9}, "repetition"),
-     ("len(range(n))", {"n": 10**9}, "range"), ("x[5]", {"x": [1]}, "out of range"),
-     ("n[0]", {"n": 3}, "only lists"), ("a < b", {"a": 1, "b": "s"}, "not supported")],
+    [
+        ("2 ** n", {"n": 10_000}, "exponent"),
+        ("[0] * n", {"n": 10**9}, "repetition"),
+        ("len(range(n))", {"n": 10**9}, "range"),
+        ("x[5]", {"x": [1]}, "out of range"),
+        ("n[0]", {"n": 3}, "only lists"),
+        ("a < b", {"a": 1, "b": "s"}, "not supported"),
+    ],
 )
 def test_resource_and_type_limits(source: str, values: dict[str, object], fragment: str) -> None:
     with pytest.raises(FormulaError, match=fragment):

@@ -50,7 +50,9 @@ def test_duplicate_prediction_ids_across_files_name_both() -> None:
 
 def test_unknown_keys_are_all_reported_at_once(tmp_path: Path) -> None:
     text = (FIXTURES / "good" / "demo-serve-v1.yaml").read_text()
-    text = text.replace("title:", "owner: me\ntitle:").replace("    if_fails:", "    tolerance: 1\n    if_fails:")
+    text = text.replace("title:", "owner: me\ntitle:").replace(
+        "    if_fails:", "    tolerance: 1\n    if_fails:"
+    )
     (tmp_path / "demo-serve-v1.yaml").write_text(text)
     corpus = load_corpus([tmp_path])
     keys = sorted(p.path for p in corpus.problems)

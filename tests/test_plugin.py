@@ -62,33 +62,45 @@ def test_violation_prints_formula_and_values(project: pytest.Pytester) -> None:
     project.makepyfile(test_demo=BOTH_BOUND.format(forwards=8))
     result = project.runpytest("--falsify-strict")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*ContractViolation: FALSIFY-DEMO-001 (demo-v1) falsified: "
-                                 "decode_forwards == emitted - 1: decode_forwards was 8, emitted was 8"])
+    result.stdout.fnmatch_lines(
+        [
+            "*ContractViolation: FALSIFY-DEMO-001 (demo-v1) falsified: "
+            "decode_forwards == emitted - 1: decode_forwards was 8, emitted was 8"
+        ]
+    )
 
 
 def test_removing_a_marker_fails_strict_session_naming_the_prediction(project: pytest.Pytester) -> None:
-    project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7).replace(
-        '@pytest.mark.falsifies("FALSIFY-DEMO-002")\n', ""))
+    project.makepyfile(
+        test_demo=BOTH_BOUND.format(forwards=7).replace('@pytest.mark.falsifies("FALSIFY-DEMO-002")\n', "")
+    )
     result = project.runpytest("--falsify-strict")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*1 binding problem*", "*FALSIFY-DEMO-002 (*demo-v1.yaml:15) is bound to no "
-                                 "collected test"])
+    result.stderr.fnmatch_lines(
+        ["*1 binding problem*", "*FALSIFY-DEMO-002 (*demo-v1.yaml:15) is bound to no collected test"]
+    )
 
 
 def test_unknown_marker_id_fails_even_without_strict(project: pytest.Pytester) -> None:
-    project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7) + """
+    project.makepyfile(
+        test_demo=BOTH_BOUND.format(forwards=7)
+        + """
 @pytest.mark.falsifies("FALSIFY-DEMO-999")
 def test_ghost():
     pass
-""")
+"""
+    )
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_ghost: marker names 'FALSIFY-DEMO-999', which no contract*"])
 
 
 def test_bound_test_that_never_checks_is_a_failure(project: pytest.Pytester) -> None:
-    project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7).replace(
-        '    falsify.check("FALSIFY-DEMO-002", emitted=3, n=4)', "    assert True"))
+    project.makepyfile(
+        test_demo=BOTH_BOUND.format(forwards=7).replace(
+            '    falsify.check("FALSIFY-DEMO-002", emitted=3, n=4)', "    assert True"
+        )
+    )
     result = project.runpytest("--falsify-strict")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*bound to FALSIFY-DEMO-002 but never called falsify.check for it*"])
@@ -108,12 +120,17 @@ def test_results_file_records_observations(project: pytest.Pytester) -> None:
     tests = json.loads(out.read_text())["tests"]
     forwards = tests["test_demo.py::test_forwards"]
     assert forwards["outcome"] == "failed" and forwards["exception"] == "ContractViolation"
-    assert forwards["observations"]["FALSIFY-DEMO-001"]["failed_values"] == {"emitted": 8, "decode_forwards": 8}
+    assert forwards["observations"]["FALSIFY-DEMO-001"]["failed_values"] == {
+        "emitted": 8,
+        "decode_forwards": 8,
+    }
     assert tests["test_demo.py::test_budget"]["outcome"] == "passed"
 
 
 def test_broken_contract_fails_the_session_with_file_and_line(project: pytest.Pytester) -> None:
-    (project.path / "contracts" / "demo-v1.yaml").write_text(CONTRACT.replace("if_fails: cancel", "iff: cancel"))
+    (project.path / "contracts" / "demo-v1.yaml").write_text(
+        CONTRACT.replace("if_fails: cancel", "iff: cancel")
+    )
     project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7))
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -121,7 +138,9 @@ def test_broken_contract_fails_the_session_with_file_and_line(project: pytest.Py
 
 
 def test_no_skip_option_fails_a_run_with_skips(project: pytest.Pytester) -> None:
-    project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7) + "\ndef test_skip():\n    import pytest; "
-                       "pytest.skip('oracle missing')\n")
+    project.makepyfile(
+        test_demo=BOTH_BOUND.format(forwards=7) + "\ndef test_skip():\n    import pytest; "
+        "pytest.skip('oracle missing')\n"
+    )
     assert project.runpytest("--falsify-no-skip").ret == pytest.ExitCode.TESTS_FAILED
     assert project.runpytest().ret == pytest.ExitCode.OK
