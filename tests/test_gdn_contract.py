@@ -132,8 +132,9 @@ def run_split(model, tokens: np.ndarray, cuts: list[int]):  # type: ignore[no-un
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-006")
-@pytest.mark.parametrize("length", ODD_LENGTHS)
-def test_split_at_chunk_cuts_is_byte_identical(model, length: int) -> None:
+@pytest.mark.parametrize(("weights", "length"), [*(("f32", n) for n in ODD_LENGTHS), ("q4_k", 150)])
+def test_split_at_chunk_cuts_is_byte_identical(engine, weights: str, length: int) -> None:
+    model = engine.load_model(weights=weights)
     chunk = model.config.chunk_size
     tokens = prompt(length, seed=6)
     whole = model.new_state()
