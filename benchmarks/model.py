@@ -19,20 +19,20 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse  # noqa: E402 (BLAS threads must be fixed before numpy loads)
-import json  # noqa: E402
-import platform  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from reference.gdn import gated_delta_net  # noqa: E402
-from reference.model import Model, load_model  # noqa: E402
-from reference.tiny import tiny_model  # noqa: E402
-from reference.weights import GDNWeights  # noqa: E402
+from reference.gdn import gated_delta_net
+from reference.model import Model, load_model
+from reference.tiny import tiny_model
+from reference.weights import GDNWeights
 
 
 def median_time(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
@@ -96,8 +96,8 @@ def main() -> int:
         for length in args.lengths:
             tokens = rng.integers(0, model.config.vocab_size, length)
             x = rng.normal(size=(length, model.config.hidden_size)).astype(np.float32)
-            t_model = median_time(lambda tokens=tokens: prefill(model, tokens), args.repeats)
-            t_gdn = median_time(lambda x=x: gdn_layer(model, x), args.repeats)
+            t_model = median_time(lambda m=model, tokens=tokens: prefill(m, tokens), args.repeats)
+            t_gdn = median_time(lambda m=model, x=x: gdn_layer(m, x), args.repeats)
             row = {"tokens": length, "prefill_s": round(t_model, 4),
                    "prefill_us_per_token": round(t_model / length * 1e6, 1),
                    "gdn_layer_s": round(t_gdn, 4), "gdn_us_per_token": round(t_gdn / length * 1e6, 1)}

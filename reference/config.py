@@ -85,12 +85,13 @@ class Config:
 
 def _parse(raw: dict[str, Any], source: str) -> Config:
     def get(key: str, kind: type, default: Any = None, *, positive: bool = True) -> Any:
-        value = raw.get(key, default)
+        value: Any = raw.get(key, default)
         if value is None:
             raise ConfigError(f"{source}: missing key {key!r}")
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        well_typed = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not well_typed:
             raise ConfigError(f"{source}: key {key!r} is {value!r}, expected {kind.__name__}")
         if positive and kind in (int, float) and not value > 0:
             raise ConfigError(f"{source}: key {key!r} is {value!r}, expected > 0")

@@ -46,7 +46,8 @@ def expand_heads(x: np.ndarray, n_heads: int) -> np.ndarray:  # [T, Hk, d] -> [T
     return np.repeat(x, n_heads // x.shape[1], axis=1)
 
 
-def naive_recurrent_gated_delta_rule(q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
+def naive_recurrent_gated_delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
+                                     state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """q, k: [T, Hk, dk]; v: [T, Hv, dv]; g, beta: [T, Hv]; state: [Hv, dk, dv] -> o [T, Hv, dv], state.
 
     q arrives normalised and scaled; the input state is not modified.
@@ -64,7 +65,8 @@ def naive_recurrent_gated_delta_rule(q, k, v, g, beta, state):  # type: ignore[n
     return o, S
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, state, chunk_size: int = 64):  # type: ignore[no-untyped-def]
+def chunk_gated_delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
+                           state: np.ndarray, chunk_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """Same contract as naive_recurrent_gated_delta_rule, computed `chunk_size` tokens at a time.
 
     Within a chunk of C tokens (per head, Γ_i = Σ_{s≤i} g_s, D_ij = exp(Γ_i − Γ_j) for j ≤ i else 0):
@@ -84,7 +86,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, state, chunk_size: int = 64):  # ty
     return o.transpose(1, 0, 2), S
 
 
-def _chunk(q, k, v, g, beta, S):  # type: ignore[no-untyped-def]
+def _chunk(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
+           S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One chunk, heads first: q, k: [H, C, dk]; v: [H, C, dv]; g, beta: [H, C]; S: [H, dk, dv]."""
     C = v.shape[1]
     gc = np.cumsum(g, axis=1)  # Γ: [H, C]

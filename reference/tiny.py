@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from reference.config import Config
 from reference.weights import expected_shapes
 
 TINY_VERSION = 1  # bump whenever the generator below changes: the cache dir name carries it
@@ -78,8 +79,6 @@ def write_tiny(directory: Path, seed: int, raw_config: dict[str, Any] | None = N
     """Write config.json + model.safetensors for `seed` (TINY_CONFIG unless another HF config dict is given)."""
     from safetensors.numpy import save_file
 
-    from reference.config import Config
-
     raw_config = TINY_CONFIG if raw_config is None else raw_config
     config = Config.from_dict(raw_config, source="raw_config")
     (directory / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n")
@@ -89,7 +88,7 @@ def write_tiny(directory: Path, seed: int, raw_config: dict[str, Any] | None = N
               metadata={"format": "pt"})
 
 
-def tiny_tensors(config, seed: int) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+def tiny_tensors(config: Config, seed: int) -> dict[str, np.ndarray]:
     """HF-named float32 tensors; projections ~ N(0, 1/fan_in) so activations stay O(1) through the stack."""
     rng = np.random.default_rng(seed)
     shapes = expected_shapes(config)

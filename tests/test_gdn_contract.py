@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -127,7 +129,7 @@ def test_prefill_equals_decode(model, length: int) -> None:
 def run_split(model, tokens: np.ndarray, cuts: list[int]):  # type: ignore[no-untyped-def]
     state = model.new_state()
     bounds = [0, *cuts, len(tokens)]
-    logits = np.concatenate([model.forward(tokens[a:b], state) for a, b in zip(bounds, bounds[1:], strict=False)])
+    logits = np.concatenate([model.forward(tokens[a:b], state) for a, b in itertools.pairwise(bounds)])
     return logits, state
 
 

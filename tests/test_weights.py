@@ -113,7 +113,7 @@ def test_unsupported_dtype(ckpt: Path) -> None:
 def test_truncated_file(ckpt: Path) -> None:
     data = (ckpt / "model.safetensors").read_bytes()
     (ckpt / "model.safetensors").write_bytes(data[:len(data) // 2])
-    with pytest.raises(WeightsError, match="model.safetensors: not a readable safetensors file"):
+    with pytest.raises(WeightsError, match=r"model\.safetensors: not a readable safetensors file"):
         load_model(ckpt, "f32")
 
 
@@ -149,7 +149,7 @@ def test_config_errors(ckpt: Path, change: dict, message: str) -> None:  # type:
 
 def test_config_not_json(ckpt: Path) -> None:
     (ckpt / "config.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="config.json: not readable JSON"):
+    with pytest.raises(ConfigError, match=r"config\.json: not readable JSON"):
         load_model(ckpt, "f32")
 
 
