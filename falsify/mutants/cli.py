@@ -1,0 +1,87 @@
+"""`falsify mutants`: apply each semantic mutant in a scratch copy; every one must be killed.
+
+Exit codes: 0 every mutant killed (or timed out); 1 a mutant SURVIVED, is STALE or ERROR, the control is red, or
+lint failed; 2 no mutant to run; 130 interrupted (the scratch copies are gone, the working tree untouched).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from falsify.lint import EXIT_EMPTY
+from falsify.mutants import report
+from falsify.mutants.runner import SCOPES, Runner, Settings, load
+
+HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("mutants", help=HELP, description=__doc__.splitlines()[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
+    p.add_argument("ids", nargs="*", help="mutant ids to run (default: every file in the mutants directory)")
+    p.add_argument("--engine", default="reference", help="reference (default), hf, or module:factory")
+    p.add_argument("--scope", choices=SCOPES, default="kills",
+                   help="falsifiers run per mutant: those bound to its `kills` predictions (default), every "
+                        "falsifier of those predictions' contracts, or all")
+    p.add_argument("--full", action="store_true",
+                   help="run every selected falsifier even once all of `kills` is red (a complete kill matrix)")
+    p.add_argument("-j", "--jobs", type=int, default=0, help="mutants run at once (default: one per core)")
+    p.add_argument("--timeout", type=float, help="seconds per mutant (default: 60, or 5x the control run)")
+    p.add_argument("--diff", action="store_true", help="print each mutant's diff")
+    p.add_argument("--strict", action="store_true",
+                   help="also fail when a mutant is killed but not by every prediction its file lists")
+    p.add_argument("--out", type=Path, default=Path(".falsify/mutants"),
+                   help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutants)")
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace) -> int:
+    project, corpus, problems = load()
+    if problems:
+        print("\n".join(problems))
+        print(f"mutants: FAIL — lint found {len(problems)} error(s); no mutant was run")
+        return 1
+    mutants = corpus.mutants
+    if args.ids:
+        unknown = sorted(set(args.ids) - {m.id for m in mutants})
+        if unknown:
+            print(f"mutants: no mutant {', '.join(unknown)} in {project.mutants}", file=sys.stderr)
+            return 2
+        mutants = [m for m in mutants if m.id in args.ids]
+    if not mutants:
+        print(f"mutants: no mutant found in {project.mutants} (an empty set is never a pass)")
+        return EXIT_EMPTY
+    settings = Settings(engine=args.engine, jobs=args.jobs, scope=args.scope, full=args.full, timeout=args.timeout)
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        result = Runner(project, corpus, settings, progress=lambda line: print(line, flush=True)).run(mutants)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if result.control is not None and not result.control.ok:
+        print(result.control.detail)
+        print(report.verdict(result)[0])
+        return 1
+    print()
+    print(report.render_rows(result))
+    print()
+    print(report.kill_matrix(result))
+    if args.diff:
+        print()
+        print(report.diffs(result.results))
+    out = args.out if args.out.is_absolute() else project.root / args.out
+    json_path, html_path = report.write(result, out)
+    summary, ok = report.verdict(result)
+    if args.strict and any(r.partly for r in result.results):
+        ok = False
+        summary = summary.replace("mutants: PASS", "mutants: FAIL (--strict)")
+    print()
+    print(summary)
+    print(f"mutants: report in {json_path} and {html_path}")
+    return 0 if ok else 1

@@ -1,0 +1,133 @@
+"""What `falsify mutants` prints and writes: one row per mutant, a kill matrix (prediction x mutant), a verdict
+with its denominators, and the Stryker-schema report with its HTML page."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from falsify import __version__, stryker
+from falsify.mutants.runner import FAILING, MutantOutcome, MutantResult, Run
+from falsify.results import Outcome
+from falsify.table import table
+
+STRYKER_STATUS = {
+    MutantOutcome.KILLED: "Killed",
+    MutantOutcome.SURVIVED: "Survived",
+    MutantOutcome.TIMEOUT: "Timeout",
+    MutantOutcome.STALE: "Ignored",  # the source drifted: the mutant was not applied
+    MutantOutcome.ERROR: "RuntimeError",
+}
+
+# Kill matrix cells.
+LEGEND = ("X killed, as its file says; ! listed in `kills` but stayed green (or was not reached); x red though not "
+          "listed; . ran and held; blank: not run")
+
+
+def render_rows(run: Run) -> str:
+    rows = []
+    for r in run.results:
+        detail = ""
+        if r.outcome is MutantOutcome.KILLED:
+            detail = f"by {len(r.killed_by)}/{len(r.mutant.kills)} listed"
+            if r.missed:
+                detail += f"; NOT by {', '.join(r.missed)}"
+            if r.also_red:
+                detail += f"; also {len(r.also_red)} more"
+        else:
+            detail = " ".join(r.detail.split())[:110]
+        rows.append([r.mutant.id, str(r.outcome), f"{r.mutant.op} in {r.mutant.file}:{r.span.line if r.span else '?'}",
+                     str(len(r.tests)), f"{r.seconds:.1f}s", "" if r.cpu is None else f"{r.cpu:.1f}s", detail])
+    return table(["mutant", "outcome", "edit", "tests", "wall", "cpu", "detail"], rows)
+
+
+def kill_matrix(run: Run) -> str:
+    """One row per prediction some mutant lists or turned red, one column per mutant (numbered, see legend)."""
+    results = [r for r in run.results if r.predictions or r.mutant.kills]
+    if not results:
+        return ""
+    order = list(run.corpus.predictions)
+    wanted = {p for r in results for p in (*r.mutant.kills, *r.also_red)}
+    preds = [p for p in order if p in wanted] + sorted(wanted - set(order))
+    header = ["prediction", *(f"M{i}" for i in range(1, len(results) + 1))]
+    rows = []
+    for pid in preds:
+        cells = []
+        for r in results:
+            outcome = r.predictions.get(pid)
+            listed = pid in r.mutant.kills
+            red = outcome in (Outcome.FAIL, Outcome.ERROR)
+            if listed:
+                cells.append("X" if red else "!")
+            elif red:
+                cells.append("x")
+            elif outcome == Outcome.PASS:
+                cells.append(".")
+            else:
+                cells.append("")
+        rows.append([pid, *cells])
+    legend = "\n".join(f"  M{i} = {r.mutant.id} ({r.outcome})" for i, r in enumerate(results, 1))
+    return f"{table(header, rows)}\n{legend}\n  {LEGEND}"
+
+
+def verdict(run: Run) -> tuple[str, bool]:
+    if run.control is None or not run.control.ok:
+        return "mutants: FAIL — the control run is not green, so no mutant was judged", False
+    counts = Counter(r.outcome for r in run.results)
+    n = len(run.results)
+    partly = sum(1 for r in run.results if r.partly)
+    ok = n > 0 and not any(counts[o] for o in FAILING)
+    judged = n - counts[MutantOutcome.STALE] - counts[MutantOutcome.ERROR]
+    detected = counts[MutantOutcome.KILLED] + counts[MutantOutcome.TIMEOUT]
+    parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in MutantOutcome)
+    note = f" ({partly} not by every listed prediction)" if partly else ""
+    return (f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {detected} of {judged} "
+            f"applied; control green ({len(run.control.selected)} falsifiers, {run.control.seconds:.1f} s); "
+            f"{run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}"), ok
+
+
+def to_stryker(run: Run) -> dict[str, Any]:
+    files: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    tests: set[str] = set()
+    for r in run.results:
+        m = r.mutant
+        path = run.project.root / m.file
+        if m.file not in files:
+            source = path.read_text(encoding="utf-8") if path.is_file() else ""
+            files[m.file] = (source, [])
+        span = r.span
+        loc = stryker.Location(span.line, span.column, span.end_line, span.end_column) if span else \
+            stryker.Location(1, 1, 1, 2)
+        added = "\n".join(line[1:] for line in r.diff.splitlines() if line.startswith("+") and
+                          not line.startswith("+++"))
+        reason = r.detail
+        if r.outcome is MutantOutcome.KILLED:
+            reason = (f"red: {', '.join(r.killed_by + r.also_red)}"
+                      + (f"; listed but green: {', '.join(r.missed)}" if r.missed else "") + f"\n{r.detail}")
+        tests.update(r.tests)
+        files[m.file][1].append(stryker.mutant(
+            m.id, m.op, loc, STRYKER_STATUS[r.outcome], description=" ".join(m.description.split()),
+            replacement=added if r.diff else None, killed_by=list(r.failing_tests), covered_by=list(r.tests),
+            reason=reason[:4000], duration_ms=r.seconds * 1000, tests_completed=len(r.tests) if r.tests else None))
+    control = run.control.seconds * 1000 if run.control else 0.0
+    return stryker.report(files, framework="falsify mutants", version=__version__,
+                          config={"scope": run.settings.scope, "engine": run.settings.engine, "jobs": run.jobs},
+                          tests=sorted(tests), project_root=str(run.project.root),
+                          performance={"setup": 0.0, "initialRun": control, "mutation": run.wall * 1000 - control})
+
+
+def write(run: Run, out: Path) -> tuple[Path, Path]:
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    data = to_stryker(run)
+    json_path, html_path = out / "mutation-report.json", out / "mutation-report.html"
+    json_path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    html_path.write_text(stryker.render_html(data, "falsify mutants: semantic mutants"), encoding="utf-8")
+    return json_path, html_path
+
+
+def diffs(results: list[MutantResult]) -> str:
+    return "\n".join(f"# {r.mutant.id} ({r.outcome})\n{r.diff or '(not applied: ' + r.detail + ')'}"
+                     for r in results)

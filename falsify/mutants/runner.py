@@ -1,0 +1,360 @@
+"""Run every semantic mutant: a green control first, then each mutant in its own scratch copy, in parallel.
+
+    control: all falsifiers on an unmutated scratch copy, HYPOTHESIS_PROFILE=mutation -> must be green, and the
+             edited modules must be imported from that copy (the probe)
+    mutant:  apply the edit (libcst) to a fresh copy -> run the selected falsifiers under a timeout -> which
+             predictions turned red, and was the mutated file the one imported
+
+Which falsifiers a mutant runs (`scope`): `kills` (the default) runs the tests bound to the predictions its file
+says it kills; `contract` also runs every other falsifier of those predictions' contracts, so the kill matrix
+shows what else the planted bug breaks; `all` runs every falsifier. The tests of `kills` run first, and the run
+stops as soon as every prediction in `kills` is red (unless `full`): a killed mutant costs only the examples
+that kill it, a mutant that escapes one of its predictions runs everything selected. The control runs every
+selected falsifier in full.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from falsify.corpus import Corpus, Mutant
+from falsify.mutants import probe
+from falsify.mutants.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
+from falsify.mutants.scratch import Finished, Interrupted, Scratch
+from falsify.project import Project, find_project
+from falsify.results import Outcome, PredictionResult, per_prediction
+
+SCOPES = ("kills", "contract", "all")
+RED = (Outcome.FAIL, Outcome.ERROR)
+
+
+class MutantOutcome(StrEnum):
+    KILLED = "KILLED"
+    SURVIVED = "SURVIVED"
+    STALE = "STALE"
+    TIMEOUT = "TIMEOUT"
+    ERROR = "ERROR"
+
+
+FAILING = (MutantOutcome.SURVIVED, MutantOutcome.STALE, MutantOutcome.ERROR)
+
+
+@dataclass(frozen=True, slots=True)
+class MutantResult:
+    mutant: Mutant
+    outcome: MutantOutcome
+    killed_by: tuple[str, ...] = ()  # predictions of `kills` that turned red
+    missed: tuple[str, ...] = ()  # predictions of `kills` that did not (held, or were never reached)
+    also_red: tuple[str, ...] = ()  # predictions outside `kills` that turned red
+    predictions: dict[str, str] = field(default_factory=dict)  # prediction -> Outcome, for those that ran
+    failing_tests: tuple[str, ...] = ()
+    tests: tuple[str, ...] = ()
+    seconds: float = 0.0  # the falsifier run, wall clock
+    cpu: float | None = None  # the falsifier run, CPU seconds (user + system) as the probe measured it
+    detail: str = ""
+    diff: str = ""
+    span: Span | None = None
+
+    @property
+    def partly(self) -> bool:
+        """Killed, but not by every prediction the mutant file lists."""
+        return self.outcome is MutantOutcome.KILLED and bool(self.missed)
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    ok: bool
+    seconds: float
+    tests: dict[str, tuple[str, ...]]  # falsifier node id -> predictions it is bound to
+    rows: list[PredictionResult]
+    detail: str
+    imported: dict[str, str | None]  # module -> file it was imported from
+    selected: tuple[str, ...] = ()  # the falsifiers the control ran: those some mutant will run
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    engine: str = "reference"
+    jobs: int = 0  # 0: one per available core
+    scope: str = "kills"
+    full: bool = False  # run every selected falsifier, even once all of `kills` is red
+    timeout: float | None = None  # per mutant; None: 60 s or 5x the control run, whichever is longer
+    control_timeout: float = 1800.0
+
+
+@dataclass(slots=True)
+class Run:
+    project: Project
+    corpus: Corpus
+    settings: Settings
+    control: Control | None = None
+    results: list[MutantResult] = field(default_factory=list)
+    wall: float = 0.0
+    jobs: int = 1
+
+
+def module_name(file: str) -> str:
+    """reference/session.py -> reference.session; pkg/__init__.py -> pkg."""
+    parts = list(Path(file).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def edit_of(m: Mutant) -> Edit:
+    return Edit(m.function, m.op, m.statement, m.anchor, m.where, m.replacement)
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class Runner:
+    def __init__(self, project: Project, corpus: Corpus, settings: Settings,
+                 progress: Callable[[str], None] = print) -> None:
+        self.project = project
+        self.corpus = corpus
+        self.settings = settings
+        self._progress = progress
+        self._print_lock = threading.Lock()
+        self.modules = sorted({module_name(m.file) for m in corpus.mutants})
+
+    def say(self, line: str) -> None:
+        with self._print_lock:
+            self._progress(line)
+
+    # -- one pytest run in a scratch copy ------------------------------------------------------------------------
+    def pytest(self, scratch: Scratch, tree: Path, targets: list[str], *, timeout: float | None,
+               stop_when_red: tuple[str, ...] = ()) -> tuple[Finished, dict[str, Any] | None, dict[str, Any]]:
+        rel = lambda p: p.relative_to(self.project.root)  # noqa: E731
+        results, probe_out = tree / ".falsify-results.json", tree / ".falsify-probe.json"
+        cmd = [sys.executable, "-m", "pytest", *targets, "--falsify-only",
+               "--falsify-contracts", str(tree / rel(self.project.contracts)), "--falsify-results", str(results),
+               "--engine", self.settings.engine, "-p", "no:cacheprovider", "-p", "falsify.mutants.probe", "-q",
+               "--tb=line", "-o", "addopts="]
+        env = os.environ.copy()
+        # The copy's packages must win over any editable install of the working tree: cwd and PYTHONPATH both
+        # point at the copy, and the probe checks the outcome.
+        env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+        env["HYPOTHESIS_PROFILE"] = "mutation"
+        env[probe.MODULES_ENV] = ",".join(self.modules)
+        env[probe.OUT_ENV] = str(probe_out)
+        env[probe.STOP_ENV] = ",".join(stop_when_red)
+        finished = scratch.run(cmd, cwd=tree, env=env, timeout=timeout)
+        data = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else None
+        probed = json.loads(probe_out.read_text(encoding="utf-8")) if probe_out.is_file() else {}
+        return finished, data, probed
+
+    # -- the control --------------------------------------------------------------------------------------------
+    def run_control(self, scratch: Scratch, mutants: list[Mutant]) -> Control:
+        """Collect the falsifiers, then run the ones the mutants will run, on an unmutated copy."""
+        tree = scratch.copy("control")
+        tests_dir = str(self.project.tests.relative_to(self.project.root))
+        try:
+            finished, data, _ = self.pytest(scratch, tree, [tests_dir, "--collect-only"],
+                                            timeout=self.settings.control_timeout)
+            if data is None or data.get("binding_problems"):
+                problems = (data or {}).get("binding_problems") or [_tail(finished.output, "pytest could not "
+                                                                          "collect the falsifiers")]
+                return Control(False, finished.seconds, {}, [], "\n".join(problems), {})
+            tests = {c["nodeid"]: tuple(c["predictions"]) for c in data.get("collected", [])}
+            selected = sorted({t for m in mutants for t in self.selected_tests(m, tests)})
+            if not selected:
+                return Control(False, finished.seconds, tests, [], "no falsifier is bound to any prediction the "
+                               "mutants list in `kills`", {})
+            finished, data, probed = self.pytest(scratch, tree, selected, timeout=self.settings.control_timeout)
+            imported = probed.get("modules", {})
+        finally:
+            scratch.remove(tree)
+        if data is None:
+            return Control(False, finished.seconds, tests, [], _tail(finished.output, "pytest wrote no results"),
+                           imported)
+        rows = per_prediction(self.corpus, data)
+        problems = [f"{r.id} is {r.outcome} on the unmutated tree: {r.detail}" for r in rows if r.outcome in RED]
+        if finished.returncode is None:
+            problems.append(f"the control run timed out after {self.settings.control_timeout:.0f} s")
+        elif finished.returncode != 0 and not problems:
+            problems.append(_tail(finished.output, f"pytest exited {finished.returncode}"))
+        for name, file in imported.items():
+            if file is not None and not Path(file).resolve().is_relative_to(tree.resolve()):
+                problems.append(f"the falsifiers imported {name} from {file}, not from the scratch copy {tree}: an "
+                                "installed copy shadows the project (mutants would run against the wrong code)")
+        return Control(not problems, finished.seconds, tests, rows, "\n".join(problems), imported, tuple(selected))
+
+    # -- one mutant --------------------------------------------------------------------------------------------
+    def selected_tests(self, m: Mutant, tests: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+        if tests is None:
+            assert self.control is not None
+            tests = self.control.tests
+        if self.settings.scope == "all":
+            wanted = set(self.corpus.predictions)
+        elif self.settings.scope == "contract":
+            contracts = {self.corpus.contract_of(pid).id for pid in m.kills if pid in self.corpus.predictions}
+            wanted = {p.id for c in self.corpus.contracts if c.id in contracts for p in c.predictions}
+        else:
+            wanted = set(m.kills)
+        # The tests of the predictions it must kill first: with early stop they are all that runs.
+        first = [nid for nid, preds in tests.items() if set(m.kills) & set(preds)]
+        return first + [nid for nid, preds in tests.items() if wanted & set(preds) and nid not in first]
+
+    def run_mutant(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
+        source_path = self.project.root / m.file
+        try:
+            source = source_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            return MutantResult(m, MutantOutcome.STALE, detail=f"{m.file}: {exc.strerror}")
+        try:
+            applied = apply(source, edit_of(m), m.file)
+        except StaleMutant as exc:
+            return MutantResult(m, MutantOutcome.STALE, detail=str(exc))
+        except MutantSpecError as exc:
+            return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {exc}")
+        diff = applied.diff(m.file)
+        assert self.control is not None
+        not_run = [pid for pid in m.kills if _control_outcome(self.control, pid) is not Outcome.PASS]
+        if not_run:
+            return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span,
+                                detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill")
+        if self.control.imported.get(module_name(m.file)) is None:
+            return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span,
+                                detail=f"no falsifier imports {module_name(m.file)}: nothing could see this mutant")
+        tests = self.selected_tests(m)
+        if not tests:
+            return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span,
+                                detail="no falsifier is bound to the predictions in `kills`")
+        tree = scratch.copy(m.id)
+        try:
+            return self._judge(m, applied, diff, tests, *self._run_in(scratch, tree, m, applied, tests, timeout))
+        finally:
+            scratch.remove(tree)
+
+    def _run_in(self, scratch: Scratch, tree: Path, m: Mutant, applied: Applied, tests: list[str],
+                timeout: float) -> tuple[Finished, dict[str, Any] | None, dict[str, Any], Path]:
+        target = tree / m.file
+        target.write_text(applied.mutated, encoding="utf-8")
+        stop = () if self.settings.full else m.kills
+        finished, data, probed = self.pytest(scratch, tree, tests, timeout=timeout, stop_when_red=stop)
+        return finished, data, probed, target
+
+    def _judge(self, m: Mutant, applied: Applied, diff: str, tests: list[str], finished: Finished,
+               data: dict[str, Any] | None, probed: dict[str, Any], target: Path) -> MutantResult:
+        imported: dict[str, str | None] = probed.get("modules", {})
+        base = {"diff": diff, "span": applied.span, "tests": tuple(tests), "seconds": finished.seconds,
+                "cpu": probed.get("cpu")}
+        if finished.returncode is None:
+            return MutantResult(m, MutantOutcome.TIMEOUT, detail=f"the falsifiers ran past {finished.seconds:.0f} s",
+                                **base)  # type: ignore[arg-type]
+        name = module_name(m.file)
+        file = imported.get(name)
+        if file is not None and Path(file).resolve() != target.resolve():
+            return MutantResult(m, MutantOutcome.ERROR, detail=f"the falsifiers imported {name} from {file}, not the "
+                                f"mutated copy {target}", **base)  # type: ignore[arg-type]
+        if data is None or finished.returncode not in (0, 1):
+            return MutantResult(m, MutantOutcome.ERROR, detail=_tail(finished.output, f"pytest exited "
+                                f"{finished.returncode}"), **base)  # type: ignore[arg-type]
+        rows = [r for r in per_prediction(self.corpus, data) if r.outcome is not Outcome.NOT_RUN or r.tests]
+        ran = [nid for nid, r in data.get("tests", {}).items() if r.get("outcome") in ("passed", "failed", "error")]
+        if not ran:
+            return MutantResult(m, MutantOutcome.ERROR, detail=_tail(finished.output, "no falsifier ran"),
+                                **base)  # type: ignore[arg-type]
+        red = {r.id for r in rows if r.outcome in RED}
+        killed_by = tuple(p for p in m.kills if p in red)
+        missed = tuple(p for p in m.kills if p not in red)
+        also = tuple(sorted(red - set(m.kills)))
+        failing = tuple(sorted({t for r in rows if r.outcome in RED for t in r.failing_tests}))
+        outcomes = {r.id: str(r.outcome) for r in rows}
+        if red:
+            why = "; ".join(f"{r.id}: {r.detail}" for r in rows if r.outcome in RED)
+            return MutantResult(m, MutantOutcome.KILLED, killed_by, missed, also, outcomes, failing,
+                                detail=why, **base)  # type: ignore[arg-type]
+        if file is None:
+            detail = f"no selected falsifier imported {name}"
+        elif finished.returncode == 1:
+            detail = _tail(finished.output, "pytest failed, but no prediction turned red")
+            return MutantResult(m, MutantOutcome.ERROR, (), missed, (), outcomes, detail=detail,
+                                **base)  # type: ignore[arg-type]
+        else:
+            detail = f"{len(ran)} falsifiers stayed green"
+        return MutantResult(m, MutantOutcome.SURVIVED, (), missed, (), outcomes, detail=detail,
+                            **base)  # type: ignore[arg-type]
+
+    # -- everything ---------------------------------------------------------------------------------------------
+    def run(self, mutants: list[Mutant]) -> Run:
+        run = Run(self.project, self.corpus, self.settings)
+        run.jobs = min(self.settings.jobs or available_cores(), max(len(mutants), 1))
+        start = time.perf_counter()
+        with Scratch(self.project.root) as scratch:
+            try:
+                self.say("mutants: control — the mutants' falsifiers on an unmutated copy (HYPOTHESIS_PROFILE=mutation)")
+                self.control = run.control = self.run_control(scratch, mutants)
+                if not self.control.ok:
+                    run.wall = time.perf_counter() - start
+                    return run
+                self.say(f"mutants: control green — {len(self.control.selected)} falsifiers in {self.control.seconds:.1f} s; running "
+                         f"{len(mutants)} mutants on {run.jobs} workers (scope {self.settings.scope})")
+                timeout = self.settings.timeout or max(60.0, 5 * self.control.seconds)
+                done = 0
+                with ThreadPoolExecutor(max_workers=run.jobs) as pool:
+                    futures = {pool.submit(self.run_mutant, scratch, m, timeout): m for m in mutants}
+                    try:
+                        for future in as_completed(futures):
+                            result = future.result()
+                            done += 1
+                            run.results.append(result)
+                            self.say(f"mutants: [{done}/{len(mutants)}] {progress_line(result)}")
+                    except BaseException:
+                        scratch.stop()
+                        pool.shutdown(wait=True, cancel_futures=True)
+                        raise
+            except Interrupted:
+                raise KeyboardInterrupt from None
+        order = {m.id: i for i, m in enumerate(mutants)}
+        run.results.sort(key=lambda r: order[r.mutant.id])
+        run.wall = time.perf_counter() - start
+        return run
+
+
+def progress_line(r: MutantResult) -> str:
+    text = f"{r.mutant.id}: {r.outcome}"
+    if r.seconds:
+        text += f" in {r.seconds:.1f} s" + (f" (CPU {r.cpu:.1f} s)" if r.cpu is not None else "")
+    if r.outcome is MutantOutcome.KILLED:
+        text += f" by {', '.join(r.killed_by) or 'none of its listed predictions'}"
+        if r.missed:
+            text += f"; NOT by {', '.join(r.missed)}"
+        if r.also_red:
+            text += f"; also red: {', '.join(r.also_red)}"
+    elif r.detail:
+        text += f" — {' '.join(r.detail.split())[:200]}"
+    return text
+
+
+def _control_outcome(control: Control, pid: str) -> Outcome | None:
+    return next((r.outcome for r in control.rows if r.id == pid), None)
+
+
+def _tail(output: str, what: str, lines: int = 15) -> str:
+    tail = "\n".join(output.strip().splitlines()[-lines:])
+    return f"{what}:\n{tail}" if tail else what
+
+
+def load(project: Project | None = None) -> tuple[Project, Corpus, list[str]]:
+    """The project's contracts and mutants, linted together."""
+    from falsify.gate import lint_project
+
+    project = project or find_project()
+    corpus, problems = lint_project(project)
+    return project, corpus, problems
