@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import falsify
@@ -102,6 +102,7 @@ def warm_session(engine: Any, model: Any, prompt: list[int], warm: int) -> Any:
 )
 @SETTINGS
 @given(n=st.integers(1, 16), extra=st.integers(1, 16), raw=raw_prompts, warm=st.booleans())
+@example(n=8, extra=8, raw=[1, 2, 3, 4, 5], warm=False)  # the source engine's case: 8 polls, 8 decode passes
 def test_a_budget_cancelled_run(
     engine: Any, model: Any, n: int, extra: int, raw: list[int], warm: bool
 ) -> None:
