@@ -17,7 +17,8 @@ from reference.weights import AttentionWeights
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:  # [..., d], [d] -> [..., d]
     """Qwen3_5RMSNorm: zero-centred weight, x · rsqrt(mean x² + eps) · (1 + w)."""
-    return x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps)) * (np.float32(1) + weight)
+    mean_sq = (x * x).sum(-1, keepdims=True) / np.float32(x.shape[-1])  # .mean() costs a Python frame per call
+    return x / np.sqrt(mean_sq + np.float32(eps)) * (np.float32(1) + weight)
 
 
 def rope_cos_sin(positions: np.ndarray, rotary_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
@@ -57,11 +58,13 @@ def gated_attention(w: AttentionWeights, c: Config, x: np.ndarray, state: Stream
     x: [T, hidden] -> [T, hidden]; `slot` is this layer's index among the attention layers.
     """
     T, nh, nkv, hd = len(x), c.num_attention_heads, c.num_key_value_heads, c.head_dim
-    qg = w.q_proj(x).reshape(T, nh, 2 * hd)
+    proj = w.qkv_proj(x)  # [T, nh 2hd | nkv hd | nkv hd]: q_proj, k_proj, v_proj
+    k0, v0 = nh * 2 * hd, nh * 2 * hd + nkv * hd
+    qg = proj[:, :k0].reshape(T, nh, 2 * hd)
     q, gate = qg[..., :hd], qg[..., hd:].reshape(T, nh * hd)
     q = rms_norm(q, w.q_norm, c.rms_norm_eps)
-    k = rms_norm(w.k_proj(x).reshape(T, nkv, hd), w.k_norm, c.rms_norm_eps)
-    v = w.v_proj(x).reshape(T, nkv, hd)
+    k = rms_norm(proj[:, k0:v0].reshape(T, nkv, hd), w.k_norm, c.rms_norm_eps)
+    v = proj[:, v0:].reshape(T, nkv, hd)
     cos, sin = rope_cos_sin(np.arange(state.pos, state.pos + T), c.rotary_dim, c.rope_theta)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     state.write_kv(slot, state.pos, k, v)

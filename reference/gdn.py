@@ -122,7 +122,7 @@ def causal_conv1d(x: np.ndarray, conv_state: np.ndarray, weight: np.ndarray) -> 
 
 def gated_rms_norm(x: np.ndarray, z: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """Qwen3_5RMSNormGated: RMSNorm over the last dim, weight used as is, times silu(z). [..., dv] -> [..., dv]."""
-    x = x / np.sqrt((x * x).mean(-1, keepdims=True) + np.float32(eps))
+    x = x / np.sqrt((x * x).sum(-1, keepdims=True) / np.float32(x.shape[-1]) + np.float32(eps))
     return weight * x * silu(z)
 
 
@@ -135,18 +135,23 @@ def gated_delta_net(w: GDNWeights, c: Config, x: np.ndarray, conv_state: np.ndar
     """
     T = len(x)
     hk, dk, hv, dv = c.linear_num_key_heads, c.linear_key_head_dim, c.linear_num_value_heads, c.linear_value_head_dim
-    mixed, conv_state = causal_conv1d(w.in_proj_qkv(x), conv_state, w.conv1d)
+    proj = w.in_proj(x)  # [T, conv_dim | Hv dv | Hv | Hv]: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
+    z0, b0, a0 = c.conv_dim, c.conv_dim + hv * dv, c.conv_dim + hv * dv + hv
+    mixed, conv_state = causal_conv1d(proj[:, :z0], conv_state, w.conv1d)
     mixed = silu(mixed)
     q = mixed[:, :hk * dk].reshape(T, hk, dk)
     k = mixed[:, hk * dk:2 * hk * dk].reshape(T, hk, dk)
     v = mixed[:, 2 * hk * dk:].reshape(T, hv, dv)
     q = l2norm(q) * np.float32(dk ** -0.5)
     k = l2norm(k)
-    beta = sigmoid(w.in_proj_b(x))
-    g = gdn_gate(w.A_log, w.in_proj_a(x), w.dt_bias)
+    beta = sigmoid(proj[:, b0:a0])
+    g = gdn_gate(w.A_log, proj[:, a0:], w.dt_bias)
     if decays is not None:
         decays.append(np.exp(g))
-    o, recurrent_state = chunk_gated_delta_rule(q, k, v, g, beta, recurrent_state, chunk_size=c.chunk_size)
-    z = w.in_proj_z(x).reshape(T, hv, dv)
+    if T == 1:  # a decode step: the recurrent form, as HF's Qwen3_5GatedDeltaNet does for seq_len == 1
+        o, recurrent_state = naive_recurrent_gated_delta_rule(q, k, v, g, beta, recurrent_state)
+    else:
+        o, recurrent_state = chunk_gated_delta_rule(q, k, v, g, beta, recurrent_state, chunk_size=c.chunk_size)
+    z = proj[:, z0:b0].reshape(T, hv, dv)
     o = gated_rms_norm(o, z, w.norm, c.rms_norm_eps)
     return w.out_proj(o.reshape(T, hv * dv)), conv_state, recurrent_state

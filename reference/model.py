@@ -23,7 +23,9 @@ DEFAULT_PAGE_SIZE = 16  # tokens per KV page
 
 
 def mlp(w: MLPWeights, x: np.ndarray) -> np.ndarray:  # [T, hidden] -> [T, hidden], dense SwiGLU
-    return w.down_proj(silu(w.gate_proj(x)) * w.up_proj(x))
+    gate_up = w.gate_up_proj(x)  # [T, 2 intermediate]: gate_proj | up_proj
+    n = w.gate_proj.rows
+    return w.down_proj(silu(gate_up[:, :n]) * gate_up[:, n:])
 
 
 class Model:

@@ -9,6 +9,7 @@ dense, which is what the HF oracle comparison uses.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,22 +45,32 @@ class Dense:
         return self.w
 
 
+    def row_slice(self, start: int, stop: int) -> Dense:  # a view: no copy
+        return Dense(self.w[start:stop])
+
+
 class Quantized:
-    """y = x Wᵀ with W stored as Q4_K rows (u8[rows, cols // 256 * 144])."""
+    """y = x Wᵀ with W stored as Q4_K rows: q u8[rows, cols // 256 * 144]."""
 
     kind = "q4_k"
 
-    def __init__(self, w: np.ndarray) -> None:
-        q4k = _q4k()
-        self.q = q4k.quantize(w)
-        self.rows, self.cols = w.shape
-        self._q4k = q4k
+    def __init__(self, q: np.ndarray, cols: int) -> None:
+        self._q4k = _q4k()
+        self.q = q
+        self.rows, self.cols = q.shape[0], cols
+
+    @classmethod
+    def of(cls, w: np.ndarray) -> Quantized:
+        return cls(_q4k().quantize(w), w.shape[1])
 
     def __call__(self, x: np.ndarray) -> np.ndarray:  # [n, cols] -> [n, rows]
         return np.asarray(self._q4k.matmul(self.q, x), dtype=np.float32)
 
     def dense(self) -> np.ndarray:
         return np.asarray(self._q4k.dequantize(self.q), dtype=np.float32)
+
+    def row_slice(self, start: int, stop: int) -> Quantized:  # Q4_K quantizes rows independently: a view
+        return Quantized(self.q[start:stop], self.cols)
 
 
 Linear = Dense | Quantized
@@ -76,6 +87,7 @@ class GDNWeights:  # Qwen3_5GatedDeltaNet
     A_log: np.ndarray  # f32[Hv]
     norm: np.ndarray  # f32[dv], gated RMSNorm weight used as is
     out_proj: Linear  # [hidden, Hv dv]
+    in_proj: Linear  # the four in_proj_* stacked by rows (qkv | z | b | a): one matmul; the fields above are views
 
 
 @dataclass(slots=True)
@@ -86,6 +98,7 @@ class AttentionWeights:  # Qwen3_5Attention
     o_proj: Linear  # [hidden, n_heads * head_dim]
     q_norm: np.ndarray  # f32[head_dim], (1 + w) RMSNorm
     k_norm: np.ndarray  # f32[head_dim]
+    qkv_proj: Linear  # q_proj | k_proj | v_proj stacked by rows: one matmul; the fields above are views
 
 
 @dataclass(slots=True)
@@ -93,6 +106,7 @@ class MLPWeights:  # Qwen3_5MLP
     gate_proj: Linear  # [intermediate, hidden]
     up_proj: Linear  # [intermediate, hidden]
     down_proj: Linear  # [hidden, intermediate]
+    gate_up_proj: Linear  # gate_proj | up_proj stacked by rows: one matmul; the fields above are views
 
 
 @dataclass(slots=True)
@@ -193,8 +207,13 @@ def load_weights(path: Path, config: Config, weights: str = "q4_k") -> Weights:
 
 def _assemble(t: dict[str, np.ndarray], c: Config, quantize: bool) -> Weights:
     def linear(name: str) -> Linear:
-        w = t[name]
-        return Quantized(w) if quantize and w.shape[1] % QK_K == 0 else Dense(w)
+        return _linear(t[name], quantize)
+
+    def stacked(*names: str) -> tuple[Linear, ...]:
+        """One Linear over the rows of all `names` (same input), then a row view per name."""
+        whole = _linear(np.concatenate([t[n] for n in names]), quantize)
+        bounds = np.cumsum([0] + [t[n].shape[0] for n in names])
+        return whole, *(whole.row_slice(int(a), int(b)) for a, b in itertools.pairwise(bounds))
 
     layers = []
     for i, kind in enumerate(c.layer_types):
@@ -202,19 +221,20 @@ def _assemble(t: dict[str, np.ndarray], c: Config, quantize: bool) -> Weights:
         mixer: GDNWeights | AttentionWeights
         if kind == "linear_attention":
             a = p + "linear_attn."
+            in_proj, qkv, z, b, a_ = stacked(*(a + f"in_proj_{n}.weight" for n in ("qkv", "z", "b", "a")))
             mixer = GDNWeights(
-                in_proj_qkv=linear(a + "in_proj_qkv.weight"), in_proj_z=linear(a + "in_proj_z.weight"),
-                in_proj_b=linear(a + "in_proj_b.weight"), in_proj_a=linear(a + "in_proj_a.weight"),
+                in_proj_qkv=qkv, in_proj_z=z, in_proj_b=b, in_proj_a=a_,
                 conv1d=t[a + "conv1d.weight"][:, 0, :].copy(), dt_bias=t[a + "dt_bias"], A_log=t[a + "A_log"],
-                norm=t[a + "norm.weight"], out_proj=linear(a + "out_proj.weight"))
+                norm=t[a + "norm.weight"], out_proj=linear(a + "out_proj.weight"), in_proj=in_proj)
         else:
             a = p + "self_attn."
-            mixer = AttentionWeights(
-                q_proj=linear(a + "q_proj.weight"), k_proj=linear(a + "k_proj.weight"),
-                v_proj=linear(a + "v_proj.weight"), o_proj=linear(a + "o_proj.weight"),
-                q_norm=t[a + "q_norm.weight"], k_norm=t[a + "k_norm.weight"])
-        mlp = MLPWeights(gate_proj=linear(p + "mlp.gate_proj.weight"), up_proj=linear(p + "mlp.up_proj.weight"),
-                         down_proj=linear(p + "mlp.down_proj.weight"))
+            qkv_proj, q, k, v = stacked(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight")
+            mixer = AttentionWeights(q_proj=q, k_proj=k, v_proj=v, o_proj=linear(a + "o_proj.weight"),
+                                     q_norm=t[a + "q_norm.weight"], k_norm=t[a + "k_norm.weight"],
+                                     qkv_proj=qkv_proj)
+        gate_up, gate, up = stacked(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
+        mlp = MLPWeights(gate_proj=gate, up_proj=up, down_proj=linear(p + "mlp.down_proj.weight"),
+                         gate_up_proj=gate_up)
         layers.append(LayerWeights(input_layernorm=t[p + "input_layernorm.weight"],
                                    post_attention_layernorm=t[p + "post_attention_layernorm.weight"],
                                    mixer=mixer, mlp=mlp))
@@ -251,6 +271,10 @@ def dense_state_dict(w: Weights, c: Config) -> dict[str, np.ndarray]:
             fields |= {"q_norm.weight": m.q_norm, "k_norm.weight": m.k_norm}
         out |= {p + k: v for k, v in fields.items()}
     return out
+
+
+def _linear(w: np.ndarray, quantize: bool) -> Linear:
+    return Quantized.of(w) if quantize and w.shape[1] % QK_K == 0 else Dense(w)
 
 
 def _strip(key: str) -> str | None:
