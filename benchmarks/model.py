@@ -4,7 +4,8 @@ For each prompt length L (256 ... 8192) and each weights kind: the median wall t
 whole prompt (chunks of config.chunk_size), and of one Gated DeltaNet layer alone over L tokens in the same
 chunks. GDN cost per token should stay flat as L grows (linear prefill); whole-model cost per token grows with L
 through the one attention layer. Decode: one-token forwards after a prompt of C tokens, median ms per token.
-Everything runs in one process, side by side; JSON on stdout (and to --out).
+Everything runs in one process, side by side; JSON on stdout (and to --out). Wall and CPU (process) time are
+both reported: on a machine shared with other jobs, wall time mostly measures the wait for a core.
 
     python benchmarks/model.py [--lengths 256 512 ... 8192] [--weights f32 q4_k] [--repeats 3] [--out FILE]
 
@@ -35,13 +36,15 @@ from reference.tiny import tiny_model
 from reference.weights import GDNWeights
 
 
-def median_time(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
-    times = []
+def median_time(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """Median wall and CPU seconds of fn(). CPU time is the steadier figure on a shared machine."""
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        w, c = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def prefill(model: Model, tokens: np.ndarray) -> None:
@@ -60,16 +63,18 @@ def gdn_layer(model: Model, x: np.ndarray) -> None:
         _, conv, rec = gated_delta_net(w, c, x[s:s + c.chunk_size], conv, rec)
 
 
-def decode_ms(model: Model, context: int, steps: int, rng: np.random.Generator) -> float:
+def decode_ms(model: Model, context: int, steps: int, rng: np.random.Generator) -> tuple[float, float]:
+    """Median wall and CPU ms of a one-token forward after `context` prompt tokens."""
     state = model.new_state()
     model.forward(rng.integers(0, model.config.vocab_size, context), state)
-    times = []
+    wall, cpu = [], []
     for token in rng.integers(0, model.config.vocab_size, steps):
-        start = time.perf_counter()
+        w, c = time.perf_counter(), time.process_time()
         model.forward([int(token)], state)
-        times.append(time.perf_counter() - start)
+        wall.append(time.perf_counter() - w)
+        cpu.append(time.process_time() - c)
     state.release()
-    return statistics.median(times) * 1e3
+    return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
 
 
 def main() -> int:
@@ -98,19 +103,22 @@ def main() -> int:
             x = rng.normal(size=(length, model.config.hidden_size)).astype(np.float32)
             t_model = median_time(lambda m=model, tokens=tokens: prefill(m, tokens), args.repeats)
             t_gdn = median_time(lambda m=model, x=x: gdn_layer(m, x), args.repeats)
-            row = {"tokens": length, "prefill_s": round(t_model, 4),
-                   "prefill_us_per_token": round(t_model / length * 1e6, 1),
-                   "gdn_layer_s": round(t_gdn, 4), "gdn_us_per_token": round(t_gdn / length * 1e6, 1)}
+            row = {"tokens": length, "prefill_s": round(t_model[0], 4), "prefill_cpu_s": round(t_model[1], 4),
+                   "prefill_cpu_us_per_token": round(t_model[1] / length * 1e6, 1),
+                   "gdn_layer_s": round(t_gdn[0], 4), "gdn_layer_cpu_s": round(t_gdn[1], 4),
+                   "gdn_cpu_us_per_token": round(t_gdn[1] / length * 1e6, 1)}
             run["prefill"].append(row)
             print(kind, json.dumps(row), file=sys.stderr)
         first, last = run["prefill"][0], run["prefill"][-1]
         # 1.0 = perfectly linear; the GDN layer should stay near 1, the whole model grows with the attention layer
-        run["gdn_per_token_growth"] = round(last["gdn_us_per_token"] / first["gdn_us_per_token"], 2)
-        run["model_per_token_growth"] = round(last["prefill_us_per_token"] / first["prefill_us_per_token"], 2)
+        run["gdn_cpu_per_token_growth"] = round(last["gdn_cpu_us_per_token"] / first["gdn_cpu_us_per_token"], 2)
+        run["model_cpu_per_token_growth"] = round(last["prefill_cpu_us_per_token"]
+                                                  / first["prefill_cpu_us_per_token"], 2)
         for context in args.decode_contexts:
-            ms = decode_ms(model, context, args.decode_steps, rng)
-            run["decode"].append({"context": context, "ms_per_token": round(ms, 3),
-                                  "tokens_per_s": round(1e3 / ms, 1)})
+            wall, cpu = decode_ms(model, context, args.decode_steps, rng)
+            run["decode"].append({"context": context, "ms_per_token": round(wall, 3),
+                                  "cpu_ms_per_token": round(cpu, 3), "tokens_per_s": round(1e3 / wall, 1),
+                                  "tokens_per_cpu_s": round(1e3 / cpu, 1)})
             print(kind, json.dumps(run["decode"][-1]), file=sys.stderr)
         result["runs"][kind] = run
     text = json.dumps(result, indent=1)
