@@ -327,8 +327,8 @@ def test_mutants_not_run_is_said_and_is_no_go(copy: Path, verify: Verify) -> Non
     assert "mutants NOT RUN" in proc.stdout
     ev = statements(root / "nomut")[1]["predicate"]
     assert ev["verdict"]["decision"] == "NO-GO"
-    assert ev["verdict"]["mutants"] == {"run": False, "declared": 1, "ran": 0, "killed": 0, "notKilled": [],
-                                        "missing": []}
+    assert ev["verdict"]["mutants"] == {"run": False, "declared": 1, "ran": 0, "killed": 0, "timedOut": [],
+                                        "notKilled": [], "missing": []}
     assert all(p["mutantsKilled"] == [] for p in ev["predictions"])
     assert ev["predictions"][0]["mutants"] == [{"id": "add-off-by-one", "status": "NOT RUN", "diffDigest": None}]
     assert "NOT RUN" in (root / "nomut" / REPORT_MD).read_text(encoding="utf-8")

@@ -17,7 +17,7 @@ from falsify.evidence import MUTATION_REPORT, REPORT_HTML, REPORT_MD, STATEMENTS
 from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
 from falsify.evidence.mutation import load_report
 from falsify.evidence.statements import RunResults, build, environment, normalise_junit, normalise_results
-from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs
+from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, tree_digests
 from falsify.evidence.verify import verify
 from falsify.project import find_project
 
@@ -76,6 +76,7 @@ def run_evidence(args: argparse.Namespace) -> int:
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     sources = tuple(args.sources) if args.sources else DEFAULT_SOURCES
     inputs = Inputs.of(project, args.engine, sources)
+    before = tree_digests(root, inputs)
     if args.from_dir:
         results, junit = read_gate_dir(args.from_dir)
         gate_note = f"gate results read from {args.from_dir}"
@@ -99,6 +100,11 @@ def run_evidence(args: argparse.Namespace) -> int:
                             "\n".join(str(p) for p in corpus.problems))
     run = RunResults(normalise_results(results, root), normalise_junit(junit, root), report, reason)
     files = build(root, inputs, corpus, run, environment(), generated_at())
+    changed = sorted(set(before.items()) ^ set(tree_digests(root, inputs).items()))
+    if changed:  # the results would be claimed for a tree they were not obtained on
+        names = sorted({name for name, _ in changed})
+        raise EvidenceError(f"the tree changed while the gate and mutants ran: {', '.join(names)}; no bundle "
+                            "written (run again on a quiet tree)")
     out = args.out if args.out.is_absolute() else Path.cwd() / args.out
     out.mkdir(parents=True, exist_ok=True)
     for stale in (MUTATION_REPORT,):

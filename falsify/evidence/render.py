@@ -48,7 +48,12 @@ def _costs(costs: list[dict[str, Any]]) -> str:
 
 
 def _killed(p: dict[str, Any]) -> str:
-    return ", ".join(m["id"] for m in p["mutantsKilled"]) or ("—" if not p["mutants"] else "none")
+    """The mutants this prediction turned red; "not run" when its listed mutants were not run, never "none"."""
+    if p["mutantsKilled"]:
+        return ", ".join(m["id"] for m in p["mutantsKilled"])
+    if not p["mutants"]:
+        return "—"
+    return "not run" if all(m["status"] == "NOT RUN" for m in p["mutants"]) else "none"
 
 
 def _md_cell(text: str) -> str:
@@ -123,10 +128,11 @@ padding-bottom:.25rem}
 .verdict .summary{font-size:1rem;color:#1d232a;margin-top:.3rem}
 .verdict ul{margin:.5rem 0 0;color:#1d232a}
 table{border-collapse:collapse;width:100%;font-size:.9rem}th,td{border:1px solid #d8dee4;padding:.35rem .5rem;
-text-align:left;vertical-align:top}th{background:#f3f5f7}
+text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f3f5f7}
+td.id{white-space:nowrap;overflow-wrap:normal}td.detail{min-width:18rem}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.85em}
 .PASS,.Killed{color:#1a7f37;font-weight:700}.FAIL,.ERROR,.Survived,.VIOLATED{color:#cf222e;font-weight:700}
-.NOTRUN,.NOTAPPLICABLE,.notrun{color:#9a6700;font-weight:700}
+.NOTRUN,.NOTAPPLICABLE,.notrun,.Ignored,.Timeout,.RuntimeError,.NoCoverage{color:#9a6700;font-weight:700}
 .muted{color:#57606a}details pre{white-space:pre-wrap;word-break:break-all;font-size:.8rem}
 """
 
@@ -167,10 +173,10 @@ def render_html(test_result: dict[str, Any], evidence_stmt: dict[str, Any], gene
           "<th>mutants killed</th><th>costs</th><th>observed / detail</th></tr>"]
     for p in ev["predictions"]:
         detail = p["detail"] or _values(p["values"])
-        h.append(f'<tr><td class="mono">{e(p["id"])}</td><td>{e(p["contract"])}</td>'
+        h.append(f'<tr><td class="mono id">{e(p["id"])}</td><td>{e(p["contract"])}</td>'
                  f'<td class="{_cls(p["outcome"])}">{e(p["outcome"])}</td><td>{len(p["tests"])}</td>'
                  f'<td>{p["checks"]}</td><td>{e(_killed(p))}</td><td>{e(_costs(p["costs"]))}</td>'
-                 f'<td class="mono">{e(detail)}</td></tr>')
+                 f'<td class="mono detail">{e(detail)}</td></tr>')
     h.append("</table><h2>Mutants</h2>")
     mutants = ev["mutants"]
     if not mutants["run"]:

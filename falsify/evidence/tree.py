@@ -128,3 +128,11 @@ def weights_files(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]:
     except ValueError:
         prefix = directory.name  # outside the tree (a cache dir): the directory's own name, never its location
     return [(f"{prefix}/{f}", directory / f) for f in WEIGHT_FILES], ""
+
+
+def tree_digests(root: Path, inputs: Inputs) -> dict[str, str]:
+    """name -> sha256 of every file the statements will name from the tree: sources, configuration, weights."""
+    names = [(n, root / n) for n in source_files(root, inputs.sources)]
+    names += [(n, root / n) for n, _ in configuration_files(root, inputs)]
+    names += weights_files(root, inputs.engine)[0]
+    return {name: sha256_file(path) for name, path in names}

@@ -3,8 +3,8 @@
 GO needs all of:
 - every prediction PASS (NOT APPLICABLE allowed, at least one PASS), as `falsify gate` requires;
 - the JUnit XML shows no failure and no error (a collection error fails here even if no prediction did);
-- the mutant run happened and killed every mutant it ran, and it ran every declared mutant. A declared mutant
-  that was not run is never counted as killed: mutants not run is NO-GO, said so in the verdict.
+- the mutant run happened, killed (or timed out) every mutant it ran, and ran every declared mutant. A declared
+  mutant that was not run is never counted as killed: mutants not run is NO-GO, said so in the verdict.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from typing import Any
 from falsify.results import Outcome
 
 KILLED = "Killed"
+# Detected without a kill: the falsifiers ran past the runner's time limit (Stryker counts it as detected, and so
+# does `falsify mutants`). Allowed in a GO, shown apart, never counted as killed.
+TIMEOUT = "Timeout"
 
 
 def junit_totals(xml: bytes) -> dict[str, int]:
@@ -48,7 +51,8 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
     declared: list[str] = sorted(mutants.get("declared", []))
     results = {r["id"]: r["status"] for r in mutants.get("results", [])}
     killed = sorted(m for m, s in results.items() if s == KILLED)
-    not_killed = sorted(m for m, s in results.items() if s != KILLED)
+    timed_out = sorted(m for m, s in results.items() if s == TIMEOUT)
+    not_killed = sorted(m for m, s in results.items() if s not in (KILLED, TIMEOUT))
     missing = sorted(set(declared) - set(results)) if mutants.get("run") else []
     if not mutants.get("run"):
         if declared:
@@ -63,6 +67,8 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
     decision = "NO-GO" if reasons else "GO"
     if mutants.get("run"):
         mutant_text = f"{len(killed)} of {len(set(results) | set(declared))} mutants killed"
+        if timed_out:
+            mutant_text += f", {len(timed_out)} timed out"
     else:
         mutant_text = f"mutants NOT RUN ({len(declared)} declared, 0 killed)" if declared else "no mutant declared"
     summary = (f"{decision} — {passed} of {n} predictions passed"
@@ -75,5 +81,5 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
         "predictions": {"total": n, **{o.value: counts[o.value] for o in Outcome}},
         "tests": dict(tests),
         "mutants": {"run": bool(mutants.get("run")), "declared": len(declared), "ran": len(results),
-                    "killed": len(killed), "notKilled": not_killed, "missing": missing},
+                    "killed": len(killed), "timedOut": timed_out, "notKilled": not_killed, "missing": missing},
     }
