@@ -20,7 +20,7 @@ import falsify
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Prompts are drawn as raw ints and folded into the model's vocabulary inside the test.
-raw_prompts = st.lists(st.integers(0, 2**20), min_size=1, max_size=48)
+raw_prompts = st.lists(st.integers(0, 2**20), min_size=1, max_size=32)
 
 
 @pytest.fixture(scope="module")
