@@ -7,9 +7,9 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
-import struct
 import textwrap
 import zlib
 from collections.abc import Callable
@@ -141,22 +141,46 @@ def stryker_report(status: str = "Killed") -> dict[str, object]:
         "schemaVersion": "2",
         "thresholds": {"high": 100, "low": 100},
         "projectRoot": "/somewhere/else",
-        "files": {"tinyengine/engine.py": {"language": "python", "source": "...", "mutants": [{
-            "id": "add-off-by-one", "mutatorName": "replace", "replacement": "total = a + b + 1",
-            "location": {"start": {"line": 10, "column": 9}, "end": {"line": 10, "column": 26}},
-            "status": status, "killedBy": ["tests/test_add.py::test_add"] if status == "Killed" else [],
-            "duration": 123.4}]}},
-        "testFiles": {"tests/test_add.py": {"tests": [{"id": "tests/test_add.py::test_add", "name":
-                                                       "tests/test_add.py::test_add"}]}},
+        "files": {
+            "tinyengine/engine.py": {
+                "language": "python",
+                "source": "...",
+                "mutants": [
+                    {
+                        "id": "add-off-by-one",
+                        "mutatorName": "replace",
+                        "replacement": "total = a + b + 1",
+                        "location": {"start": {"line": 10, "column": 9}, "end": {"line": 10, "column": 26}},
+                        "status": status,
+                        "killedBy": ["tests/test_add.py::test_add"] if status == "Killed" else [],
+                        "duration": 123.4,
+                    }
+                ],
+            }
+        },
+        "testFiles": {
+            "tests/test_add.py": {
+                "tests": [{"id": "tests/test_add.py::test_add", "name": "tests/test_add.py::test_add"}]
+            }
+        },
         "performance": {"setup": 1, "initialRun": 2, "mutation": 3},
     }
 
 
-def falsify_cli(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def falsify_cli(
+    root: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", **(env or {})}
     full_env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, "-m", "falsify.cli", *args], cwd=root, env=full_env, text=True,
-                          capture_output=True, timeout=240, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "falsify.cli", *args],
+        cwd=root,
+        env=full_env,
+        text=True,
+        capture_output=True,
+        timeout=240,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -184,8 +208,20 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (base / "stryker.json").write_text(json.dumps(stryker_report()), encoding="utf-8")
     proc = falsify_cli(root, "gate", "--engine", ENGINE, "--out", ".falsify/gate")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    proc = falsify_cli(root, "evidence", "--out", "evidence", "--engine", ENGINE, "--sources", "tinyengine/**/*.py",
-                       "--from", ".falsify/gate", "--mutants-report", str(base / "stryker.json"))
+    proc = falsify_cli(
+        root,
+        "evidence",
+        "--out",
+        "evidence",
+        "--engine",
+        ENGINE,
+        "--sources",
+        "tinyengine/**/*.py",
+        "--from",
+        ".falsify/gate",
+        "--mutants-report",
+        str(base / "stryker.json"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return base
 
@@ -204,9 +240,14 @@ def statements(bundle: Path) -> list[dict[str, object]]:
 def test_bundle_has_every_file_and_three_in_toto_statements(built: Path) -> None:
     bundle = built / "proj" / "evidence"
     assert sorted(p.name for p in bundle.iterdir()) == sorted(
-        [STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML])
+        [STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML]
+    )
     stmts = statements(bundle)
-    assert [s["predicateType"] for s in stmts] == [TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE, RELEASE_REPORT_TYPE]
+    assert [s["predicateType"] for s in stmts] == [
+        TEST_RESULT_TYPE,
+        CONTRACT_EVIDENCE_TYPE,
+        RELEASE_REPORT_TYPE,
+    ]
     for s in stmts:
         assert shape_problems(s) == []
         assert s["_type"] == "https://in-toto.io/Statement/v1"
@@ -219,8 +260,12 @@ def test_bundle_has_every_file_and_three_in_toto_statements(built: Path) -> None
 
 
 def test_shape_check_rejects_what_is_not_a_statement() -> None:
-    good = {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": "a", "digest": {"sha256": "0" * 64}}],
-            "predicateType": "https://example.com/p/v1", "predicate": {}}
+    good = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "a", "digest": {"sha256": "0" * 64}}],
+        "predicateType": "https://example.com/p/v1",
+        "predicate": {},
+    }
     assert shape_problems(good) == []
     assert shape_problems({**good, "_type": "https://in-toto.io/Statement/v0.1"})
     assert shape_problems({**good, "subject": []})
@@ -234,11 +279,20 @@ def test_test_result_statement(built: Path) -> None:
     assert p["result"] == "PASSED"
     assert p["passedTests"] == ["tests/test_add.py::test_add"] and p["failedTests"] == []
     config = {d["name"] for d in p["configuration"]}
-    assert {"contracts/tiny-add-v1.yaml", "mutants/add-off-by-one.yaml", "tox.ini", "pyproject.toml",
-            "tests/test_add.py"} == config
+    assert {
+        "contracts/tiny-add-v1.yaml",
+        "mutants/add-off-by-one.yaml",
+        "tox.ini",
+        "pyproject.toml",
+        "tests/test_add.py",
+    } == config
     subjects = {d["name"]: d["annotations"]["falsify.role"] for d in test_result["subject"]}
-    assert subjects == {"tinyengine/__init__.py": "engine-source", "tinyengine/engine.py": "engine-source",
-                        "tiny-0/config.json": "weights", "tiny-0/model.safetensors": "weights"}
+    assert subjects == {
+        "tinyengine/__init__.py": "engine-source",
+        "tinyengine/engine.py": "engine-source",
+        "tiny-0/config.json": "weights",
+        "tiny-0/model.safetensors": "weights",
+    }
     assert {d["name"] for d in p["reports"]} == {JUNIT, RESULTS}
 
 
@@ -252,8 +306,15 @@ def test_contract_evidence_statement(built: Path) -> None:
     assert add["values"] == {"total": 9, "a": 0, "b": 9}
     assert [m["id"] for m in add["mutantsKilled"]] == ["add-off-by-one"]
     assert cost["mutantsKilled"] == [] and cost["costs"] == [
-        {"name": "extra_ops", "formula": "extra_ops <= 0", "per": "add", "unit": "ops", "measured": {"extra_ops": 0},
-         "held": True}]
+        {
+            "name": "extra_ops",
+            "formula": "extra_ops <= 0",
+            "per": "add",
+            "unit": "ops",
+            "measured": {"extra_ops": 0},
+            "held": True,
+        }
+    ]
     import hashlib
 
     contract = built / "proj" / "contracts" / "tiny-add-v1.yaml"
@@ -274,9 +335,20 @@ def test_untouched_tree_verifies(copy: Path) -> None:
     assert "verify: OK" in proc.stdout and "GO —" in proc.stdout
 
 
-@pytest.mark.parametrize("name", ["tinyengine/engine.py", "contracts/tiny-add-v1.yaml", "evidence/REPORT.md",
-                                  "evidence/report.html", "evidence/junit.xml", "evidence/results.json",
-                                  "evidence/mutation-report.json", "../cache/tiny-0/model.safetensors", "tox.ini"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tinyengine/engine.py",
+        "contracts/tiny-add-v1.yaml",
+        "evidence/REPORT.md",
+        "evidence/report.html",
+        "evidence/junit.xml",
+        "evidence/results.json",
+        "evidence/mutation-report.json",
+        "../cache/tiny-0/model.safetensors",
+        "tox.ini",
+    ],
+)
 def test_one_changed_byte_fails_verify_naming_the_file(copy: Path, name: str, verify: Verify) -> None:
     path = copy / "proj" / name
     data = bytearray(path.read_bytes())
@@ -312,8 +384,18 @@ def test_same_tree_gives_same_bytes(copy: Path) -> None:
     """A second run, this time running the gate itself, writes byte-identical statements (with SOURCE_DATE_EPOCH
     pinning the one time field, identical files)."""
     root = copy / "proj"
-    proc = falsify_cli(root, "evidence", "--out", "again", "--engine", ENGINE, "--sources", "tinyengine/**/*.py",
-                       "--mutants-report", str(copy / "stryker.json"))
+    proc = falsify_cli(
+        root,
+        "evidence",
+        "--out",
+        "again",
+        "--engine",
+        ENGINE,
+        "--sources",
+        "tinyengine/**/*.py",
+        "--mutants-report",
+        str(copy / "stryker.json"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in (STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML):
         assert (root / "again" / name).read_bytes() == (root / "evidence" / name).read_bytes(), name
@@ -321,16 +403,35 @@ def test_same_tree_gives_same_bytes(copy: Path) -> None:
 
 def test_mutants_not_run_is_said_and_is_no_go(copy: Path, verify: Verify) -> None:
     root = copy / "proj"
-    proc = falsify_cli(root, "evidence", "--out", "nomut", "--engine", ENGINE, "--sources", "tinyengine/**/*.py",
-                       "--from", ".falsify/gate")
+    proc = falsify_cli(
+        root,
+        "evidence",
+        "--out",
+        "nomut",
+        "--engine",
+        ENGINE,
+        "--sources",
+        "tinyengine/**/*.py",
+        "--from",
+        ".falsify/gate",
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "mutants NOT RUN" in proc.stdout
     ev = statements(root / "nomut")[1]["predicate"]
     assert ev["verdict"]["decision"] == "NO-GO"
-    assert ev["verdict"]["mutants"] == {"run": False, "declared": 1, "ran": 0, "killed": 0, "timedOut": [],
-                                        "notKilled": [], "missing": []}
+    assert ev["verdict"]["mutants"] == {
+        "run": False,
+        "declared": 1,
+        "ran": 0,
+        "killed": 0,
+        "timedOut": [],
+        "notKilled": [],
+        "missing": [],
+    }
     assert all(p["mutantsKilled"] == [] for p in ev["predictions"])
-    assert ev["predictions"][0]["mutants"] == [{"id": "add-off-by-one", "status": "NOT RUN", "diffDigest": None}]
+    assert ev["predictions"][0]["mutants"] == [
+        {"id": "add-off-by-one", "status": "NOT RUN", "diffDigest": None}
+    ]
     assert "NOT RUN" in (root / "nomut" / REPORT_MD).read_text(encoding="utf-8")
     assert MUTATION_REPORT not in {p.name for p in (root / "nomut").iterdir()}
     assert verify(root, "nomut")[0] == 0
@@ -341,11 +442,22 @@ def test_survivor_and_falsified_prediction_are_no_go(copy: Path, verify: Verify)
     """A real falsification: the engine's add is broken in the copy; the gate fails and the bundle says so."""
     root = copy / "proj"
     engine = root / "tinyengine" / "engine.py"
-    engine.write_text(engine.read_text(encoding="utf-8").replace("total = a + b", "total = a + b + 1"),
-                      encoding="utf-8")
+    engine.write_text(
+        engine.read_text(encoding="utf-8").replace("total = a + b", "total = a + b + 1"), encoding="utf-8"
+    )
     (copy / "survived.json").write_text(json.dumps(stryker_report("Survived")), encoding="utf-8")
-    proc = falsify_cli(root, "evidence", "--out", "red", "--engine", ENGINE, "--sources", "tinyengine/**/*.py",
-                       "--mutants-report", str(copy / "survived.json"))
+    proc = falsify_cli(
+        root,
+        "evidence",
+        "--out",
+        "red",
+        "--engine",
+        ENGINE,
+        "--sources",
+        "tinyengine/**/*.py",
+        "--mutants-report",
+        str(copy / "survived.json"),
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     stmts = statements(root / "red")
     assert stmts[0]["predicate"]["result"] == "FAILED"
@@ -368,8 +480,10 @@ def test_verify_on_a_directory_that_is_not_a_bundle(copy: Path, verify: Verify) 
     assert "evidence.intoto.jsonl: no such file" in out
 
 
-CHROMIUM = next((found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
-                None)
+CHROMIUM = next(
+    (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))),
+    None,
+)
 
 
 def png_pixels(data: bytes) -> tuple[int, int, bytes]:
@@ -378,15 +492,16 @@ def png_pixels(data: bytes) -> tuple[int, int, bytes]:
     width, height = struct.unpack(">II", data[16:24])
     idat, pos = b"", 8
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
         if kind == b"IDAT":
-            idat += data[pos + 8:pos + 8 + length]
+            idat += data[pos + 8 : pos + 8 + length]
         pos += 12 + length
     return width, height, zlib.decompress(idat)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install -y chromium); "
-                    ".ci/run installs it")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install -y chromium); .ci/run installs it"
+)
 def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: Path) -> None:
     page = built / "proj" / "evidence" / REPORT_HTML
     html = page.read_text(encoding="utf-8")
@@ -394,16 +509,29 @@ def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: 
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//|file:)""", html)
     assert "@import" not in html and "url(" not in html and "<script" not in html
     assert CHROMIUM is not None
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
     shot = tmp_path / "report.png"
-    subprocess.run([*flags, "--window-size=1280,1000", f"--screenshot={shot}", page.as_uri()], capture_output=True,
-                   timeout=120, check=True)
+    subprocess.run(
+        [*flags, "--window-size=1280,1000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     width, height, pixels = png_pixels(shot.read_bytes())
     assert (width, height) == (1280, 1000)
     assert len(set(pixels)) > 16, "the screenshot is blank"
-    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120,
-                         check=True).stdout
+    dom = subprocess.run(
+        [*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     verdict = re.search(r'<div class="verdict go" id="verdict"><div class="word">(.*?)</div>', dom)
     assert verdict and verdict.group(1) == "GO", dom[:2000]
     text = " ".join(re.sub(r"<[^>]+>", " ", dom).split())

@@ -36,19 +36,37 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     if name == "verify":
         v = sub.add_parser("verify", help=HELP["verify"], description=HELP["verify"])
         v.add_argument("bundle", type=Path, help="the evidence directory")
-        v.add_argument("--require-go", action="store_true", help="also fail unless the re-derived verdict is GO")
+        v.add_argument(
+            "--require-go", action="store_true", help="also fail unless the re-derived verdict is GO"
+        )
         return
     p = sub.add_parser("evidence", help=HELP["evidence"], description=HELP["evidence"])
-    p.add_argument("--out", type=Path, required=True, help="directory for the bundle (created; files in it with "
-                   "the bundle's names are replaced)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="directory for the bundle (created; files in it with the bundle's names are replaced)",
+    )
     p.add_argument("--engine", default="reference", help="reference (default), hf, or module:factory")
-    p.add_argument("--from", dest="from_dir", type=Path, help="use the results of a `falsify gate --out DIR` run "
-                   "(results.json, junit.xml; and mutation-report.json if present) instead of running the gate")
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        type=Path,
+        help="use the results of a `falsify gate --out DIR` run "
+        "(results.json, junit.xml; and mutation-report.json if present) instead of running the gate",
+    )
     p.add_argument("--mutants-report", type=Path, help="Stryker mutation-testing-report JSON of a mutant run")
-    p.add_argument("--no-mutants", action="store_true", help="do not run the mutants; the bundle says so and the "
-                   "verdict is NO-GO when mutants are declared")
-    p.add_argument("--sources", action="append", help="glob of engine source files, relative to the project root "
-                   f"(repeatable; default: {' '.join(DEFAULT_SOURCES)})")
+    p.add_argument(
+        "--no-mutants",
+        action="store_true",
+        help="do not run the mutants; the bundle says so and the verdict is NO-GO when mutants are declared",
+    )
+    p.add_argument(
+        "--sources",
+        action="append",
+        help="glob of engine source files, relative to the project root "
+        f"(repeatable; default: {' '.join(DEFAULT_SOURCES)})",
+    )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest by the gate")
 
 
@@ -96,15 +114,18 @@ def run_evidence(args: argparse.Namespace) -> int:
         report, reason = run_mutants(project, args.engine)
     corpus = load_corpus([project.contracts] + ([project.mutants] if project.mutants.is_dir() else []))
     if corpus.problems:
-        raise EvidenceError("contracts do not lint; run `falsify lint` first:\n" +
-                            "\n".join(str(p) for p in corpus.problems))
+        raise EvidenceError(
+            "contracts do not lint; run `falsify lint` first:\n" + "\n".join(str(p) for p in corpus.problems)
+        )
     run = RunResults(normalise_results(results, root), normalise_junit(junit, root), report, reason)
     files = build(root, inputs, corpus, run, environment(), generated_at())
     changed = sorted(set(before.items()) ^ set(tree_digests(root, inputs).items()))
     if changed:  # the results would be claimed for a tree they were not obtained on
         names = sorted({name for name, _ in changed})
-        raise EvidenceError(f"the tree changed while the gate and mutants ran: {', '.join(names)}; no bundle "
-                            "written (run again on a quiet tree)")
+        raise EvidenceError(
+            f"the tree changed while the gate and mutants ran: {', '.join(names)}; no bundle "
+            "written (run again on a quiet tree)"
+        )
     out = args.out if args.out.is_absolute() else Path.cwd() / args.out
     out.mkdir(parents=True, exist_ok=True)
     for stale in (MUTATION_REPORT,):
@@ -119,7 +140,9 @@ def run_evidence(args: argparse.Namespace) -> int:
     print(f"evidence: {verdict['summary']}")
     for reason_line in verdict["reasons"]:
         print(f"evidence:   - {reason_line}")
-    print(f"evidence: open {out / REPORT_HTML} or read {out / REPORT_MD}; check it with `falsify verify {out}`")
+    print(
+        f"evidence: open {out / REPORT_HTML} or read {out / REPORT_MD}; check it with `falsify verify {out}`"
+    )
     return 0 if verdict["decision"] == "GO" else 1
 
 
@@ -136,8 +159,10 @@ def run_verify(args: argparse.Namespace) -> int:
         for p in result.problems:
             print(f"  {p}")
     else:
-        print(f"verify: OK — {result.checked} digests match and the bundle rebuilds byte for byte from its results "
-              "and this tree")
+        print(
+            f"verify: OK — {result.checked} digests match and the bundle rebuilds byte for byte from its results "
+            "and this tree"
+        )
     if verdict:
         print(f"verify: verdict re-derived from the bundle's results: {verdict['summary']}")
     if result.problems:

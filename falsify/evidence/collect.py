@@ -25,8 +25,9 @@ def read_gate_dir(directory: Path) -> tuple[dict[str, Any], bytes]:
     """results.json and junit.xml of a `falsify gate --out DIR` run."""
     missing = [name for name in (RESULTS, JUNIT) if not (directory / name).is_file()]
     if missing:
-        raise EvidenceError(f"{directory}: no {' or '.join(missing)} (expected the --out directory of "
-                            "`falsify gate`)")
+        raise EvidenceError(
+            f"{directory}: no {' or '.join(missing)} (expected the --out directory of `falsify gate`)"
+        )
     return load_results(directory / RESULTS), (directory / JUNIT).read_bytes()
 
 
@@ -38,7 +39,9 @@ def run_gate(project: Project, engine: str, pytest_args: list[str]) -> tuple[dic
     with tempfile.TemporaryDirectory(prefix="falsify-evidence-gate-") as tmp:
         code = gate(project, engine=engine, out=Path(tmp), pytest_args=pytest_args)
         if not (Path(tmp) / RESULTS).is_file():
-            raise EvidenceError("the gate wrote no results (see its output above): no evidence bundle written")
+            raise EvidenceError(
+                "the gate wrote no results (see its output above): no evidence bundle written"
+            )
         results, junit = read_gate_dir(Path(tmp))
     return results, junit, code
 

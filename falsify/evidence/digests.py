@@ -31,7 +31,9 @@ def descriptor(name: str, digest: str, **annotations: str) -> dict[str, Any]:
 
 def canonical(obj: Any) -> str:
     """One line of JSON: sorted keys, no spaces, UTF-8 text kept as is. Same object -> same bytes."""
-    return json.dumps(plain_json(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(
+        plain_json(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def pretty(obj: Any) -> str:

@@ -23,14 +23,21 @@ _TIMING_KEYS = ("duration", "performance", "testsCompleted", "timestamp", "start
 @dataclass(frozen=True, slots=True)
 class MutantOutcome:
     id: str
-    status: str  # Stryker's: Killed, Survived, NoCoverage, Timeout, RuntimeError, CompileError, Ignored, Pending
+    # Stryker's: Killed, Survived, NoCoverage, Timeout, RuntimeError, CompileError, Ignored, Pending
+    status: str
     file: str
-    diff_sha256: str  # of the unified diff it makes to the tree; else of the report's {file, location, replacement}
+    # sha256 of the unified diff the mutant makes to the tree; else of the report's {file, location, replacement}
+    diff_sha256: str
     killed: tuple[str, ...]  # prediction ids that turned red
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "status": self.status, "file": self.file,
-                "diffDigest": {"sha256": self.diff_sha256}, "killedPredictions": list(self.killed)}
+        return {
+            "id": self.id,
+            "status": self.status,
+            "file": self.file,
+            "diffDigest": {"sha256": self.diff_sha256},
+            "killedPredictions": list(self.killed),
+        }
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -59,7 +66,9 @@ def normalise(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def outcomes(report: dict[str, Any], corpus: Corpus, results: dict[str, Any], root: Path) -> list[MutantOutcome]:
+def outcomes(
+    report: dict[str, Any], corpus: Corpus, results: dict[str, Any], root: Path
+) -> list[MutantOutcome]:
     test_names: dict[str, str] = {}
     for test_file in (report.get("testFiles") or {}).values():
         for t in test_file.get("tests", []):
@@ -73,8 +82,15 @@ def outcomes(report: dict[str, Any], corpus: Corpus, results: dict[str, Any], ro
                 mid, status = str(m["id"]), str(m["status"])
             except KeyError as exc:
                 raise EvidenceError(f"mutation report: a mutant in {file_name} has no {exc}") from None
-            digest = diff_digest(root, specs.get(mid)) or sha256_bytes(canonical(
-                {"file": file_name, "location": m.get("location"), "replacement": m.get("replacement", "")}).encode())
+            digest = diff_digest(root, specs.get(mid)) or sha256_bytes(
+                canonical(
+                    {
+                        "file": file_name,
+                        "location": m.get("location"),
+                        "replacement": m.get("replacement", ""),
+                    }
+                ).encode()
+            )
             killed: set[str] = set()
             if status == "Killed":
                 killed = _red_from_reason(m.get("statusReason", ""))
@@ -97,7 +113,11 @@ def _red_from_reason(reason: str) -> set[str]:
     first = reason.split("\n", 1)[0]
     if not first.startswith("red: "):
         return set()
-    return {p.strip() for p in first[len("red: "):].split(";", 1)[0].split(",") if p.strip().startswith("FALSIFY-")}
+    return {
+        p.strip()
+        for p in first[len("red: ") :].split(";", 1)[0].split(",")
+        if p.strip().startswith("FALSIFY-")
+    }
 
 
 def diff_digest(root: Path, spec: Mutant | None) -> str | None:
@@ -111,8 +131,12 @@ def diff_digest(root: Path, spec: Mutant | None) -> str | None:
         return None
     try:
         source = (root / spec.file).read_text(encoding="utf-8")
-        applied = apply(source, Edit(spec.function, spec.op, spec.statement, spec.anchor, spec.where,
-                                     spec.replacement), spec.file)
+        applied = apply(
+            source,
+            Edit(spec.function, spec.op, spec.statement, spec.anchor, spec.where, spec.replacement),
+            spec.file,
+        )
         return sha256_bytes(applied.diff(spec.file).encode())
-    except Exception:  # a stale or broken mutant (or a tampered file) has no diff; the report's edit stands in
+    except Exception:
+        # A stale or broken mutant (or a tampered file) has no diff; the report's edit stands in.
         return None

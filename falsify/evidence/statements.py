@@ -46,8 +46,19 @@ from falsify.evidence.verdict import decide, junit_totals
 from falsify.results import PredictionResult, per_prediction
 
 # Packages whose versions the environment block names: the harness, the engine's numerics, the oracles.
-PACKAGES = ("falsify", "numpy", "pytest", "hypothesis", "jsonschema", "PyYAML", "safetensors", "libcst", "torch",
-            "transformers", "gguf")
+PACKAGES = (
+    "falsify",
+    "numpy",
+    "pytest",
+    "hypothesis",
+    "jsonschema",
+    "PyYAML",
+    "safetensors",
+    "libcst",
+    "torch",
+    "transformers",
+    "gguf",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +107,20 @@ def environment() -> dict[str, Any]:
     }
 
 
-def statement(subject: list[dict[str, Any]], predicate_type: str, predicate: dict[str, Any]) -> dict[str, Any]:
-    return {"_type": STATEMENT_TYPE, "subject": subject, "predicateType": predicate_type, "predicate": predicate}
+def statement(
+    subject: list[dict[str, Any]], predicate_type: str, predicate: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subject,
+        "predicateType": predicate_type,
+        "predicate": predicate,
+    }
 
 
-def build(root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict[str, Any],
-          generated_at: str) -> dict[str, bytes]:
+def build(
+    root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict[str, Any], generated_at: str
+) -> dict[str, bytes]:
     """Every file of the bundle, name -> bytes."""
     files: dict[str, bytes] = {JUNIT: run.junit, RESULTS: pretty(run.results).encode()}
     if run.mutation_report is not None:
@@ -109,10 +128,16 @@ def build(root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict
     reports = [descriptor(name, sha256_bytes(files[name])) for name in sorted(files)]
 
     rows = per_prediction(corpus, run.results)
-    mutants = outcomes(run.mutation_report, corpus, run.results, root) if run.mutation_report is not None else []
+    mutants = (
+        outcomes(run.mutation_report, corpus, run.results, root) if run.mutation_report is not None else []
+    )
     declared = sorted(m.id for m in corpus.mutants)
-    mutant_summary = {"run": run.mutation_report is not None, "reason": run.mutants_reason, "declared": declared,
-                      "results": [m.as_json() for m in mutants]}
+    mutant_summary = {
+        "run": run.mutation_report is not None,
+        "reason": run.mutants_reason,
+        "declared": declared,
+        "results": [m.as_json() for m in mutants],
+    }
     verdict = decide([r.outcome.value for r in rows], junit_totals(run.junit), mutant_summary)
 
     weights, weights_note = weights_files(root, inputs.engine)
@@ -125,28 +150,40 @@ def build(root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict
     for nid, record in sorted(tests.items()):
         by_outcome.setdefault(record.get("outcome", "not run"), []).append(nid)
     gate_ok = _gate_ok(verdict)
-    test_result = statement(subjects, TEST_RESULT_TYPE, {
-        "result": "PASSED" if gate_ok else "FAILED",
-        "configuration": configuration,
-        "passedTests": by_outcome["passed"],
-        "warnedTests": [],
-        "failedTests": by_outcome["failed"] + by_outcome["error"],
-        # Extension fields (consumers ignore unknown fields, in-toto parsing rules):
-        "skippedTests": by_outcome["skipped"],
-        "reports": [d for d in reports if d["name"] in (JUNIT, RESULTS)],
-    })
+    test_result = statement(
+        subjects,
+        TEST_RESULT_TYPE,
+        {
+            "result": "PASSED" if gate_ok else "FAILED",
+            "configuration": configuration,
+            "passedTests": by_outcome["passed"],
+            "warnedTests": [],
+            "failedTests": by_outcome["failed"] + by_outcome["error"],
+            # Extension fields (consumers ignore unknown fields, in-toto parsing rules):
+            "skippedTests": by_outcome["skipped"],
+            "reports": [d for d in reports if d["name"] in (JUNIT, RESULTS)],
+        },
+    )
 
-    contract_evidence = statement(subjects, CONTRACT_EVIDENCE_TYPE, {
-        "inputs": inputs.as_json(),
-        "verdict": verdict,
-        "contracts": [_contract_entry(root, c) for c in corpus.contracts],
-        "predictions": [_prediction_entry(root, corpus, r, mutants) for r in rows],
-        "mutants": {"run": mutant_summary["run"], "reason": run.mutants_reason,
-                    "declared": declared, "results": mutant_summary["results"]},
-        "weights": weights_note,
-        "reports": reports,
-        "environment": env,
-    })
+    contract_evidence = statement(
+        subjects,
+        CONTRACT_EVIDENCE_TYPE,
+        {
+            "inputs": inputs.as_json(),
+            "verdict": verdict,
+            "contracts": [_contract_entry(root, c) for c in corpus.contracts],
+            "predictions": [_prediction_entry(root, corpus, r, mutants) for r in rows],
+            "mutants": {
+                "run": mutant_summary["run"],
+                "reason": run.mutants_reason,
+                "declared": declared,
+                "results": mutant_summary["results"],
+            },
+            "weights": weights_note,
+            "reports": reports,
+            "environment": env,
+        },
+    )
     lines = [canonical(test_result), canonical(contract_evidence)]
     # Reports are rendered from the statements as written (keys sorted), exactly what `verify` reads back.
     test_result, contract_evidence = (json.loads(line) for line in lines)
@@ -155,10 +192,17 @@ def build(root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict
     release = statement(
         [descriptor(name, sha256_bytes(files[name])) for name in (REPORT_HTML, REPORT_MD)],
         RELEASE_REPORT_TYPE,
-        {"generatedAt": generated_at, "decision": verdict["decision"], "summary": verdict["summary"],
-         "statements": [{"line": i + 1, "predicateType": t, "digest": {"sha256": sha256_bytes(line.encode())}}
-                        for i, (t, line) in enumerate(zip((TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE), lines,
-                                                          strict=True))]},
+        {
+            "generatedAt": generated_at,
+            "decision": verdict["decision"],
+            "summary": verdict["summary"],
+            "statements": [
+                {"line": i + 1, "predicateType": t, "digest": {"sha256": sha256_bytes(line.encode())}}
+                for i, (t, line) in enumerate(
+                    zip((TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE), lines, strict=True)
+                )
+            ],
+        },
     )
     lines.append(canonical(release))
     files[STATEMENTS] = ("\n".join(lines) + "\n").encode()
@@ -168,8 +212,12 @@ def build(root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict
 def _gate_ok(verdict: dict[str, Any]) -> bool:
     """The falsifier side of the verdict alone (test-result's PASSED/FAILED): predictions and JUnit, not mutants."""
     p, t = verdict["predictions"], verdict["tests"]
-    return (p["total"] > 0 and p["PASS"] > 0 and not (p["FAIL"] or p["ERROR"] or p["NOT RUN"])
-            and not (t["failures"] or t["errors"]))
+    return (
+        p["total"] > 0
+        and p["PASS"] > 0
+        and not (p["FAIL"] or p["ERROR"] or p["NOT RUN"])
+        and not (t["failures"] or t["errors"])
+    )
 
 
 def _rel(root: Path, file: str) -> str:
@@ -180,11 +228,18 @@ def _rel(root: Path, file: str) -> str:
 
 
 def _contract_entry(root: Path, c: Any) -> dict[str, Any]:
-    return {"id": c.id, "version": c.version, "title": c.title, "file": _rel(root, c.file),
-            "digest": {"sha256": c.sha256}}
+    return {
+        "id": c.id,
+        "version": c.version,
+        "title": c.title,
+        "file": _rel(root, c.file),
+        "digest": {"sha256": c.sha256},
+    }
 
 
-def _prediction_entry(root: Path, corpus: Corpus, r: PredictionResult, mutants: list[MutantOutcome]) -> dict[str, Any]:
+def _prediction_entry(
+    root: Path, corpus: Corpus, r: PredictionResult, mutants: list[MutantOutcome]
+) -> dict[str, Any]:
     p = corpus.predictions[r.id]
     contract = corpus.contract_of(r.id)
     values = scrub(plain_json(r.values), root) if r.values is not None else None
@@ -200,14 +255,27 @@ def _prediction_entry(root: Path, corpus: Corpus, r: PredictionResult, mutants: 
                 held = result if isinstance(result, bool) else None
             except FormulaError:
                 held = None
-        costs.append({"name": c.name, "formula": c.formula.source, "per": c.per, "unit": c.unit,
-                      "measured": measured, "held": held})
+        costs.append(
+            {
+                "name": c.name,
+                "formula": c.formula.source,
+                "per": c.per,
+                "unit": c.unit,
+                "measured": measured,
+                "held": held,
+            }
+        )
     by_id = {m.id: m for m in mutants}
     declared = []
     for mid in p.mutants:
         m = by_id.get(mid)
-        declared.append({"id": mid, "status": m.status if m else "NOT RUN",
-                         "diffDigest": {"sha256": m.diff_sha256} if m else None})
+        declared.append(
+            {
+                "id": mid,
+                "status": m.status if m else "NOT RUN",
+                "diffDigest": {"sha256": m.diff_sha256} if m else None,
+            }
+        )
     killed = [{"id": m.id, "diffDigest": {"sha256": m.diff_sha256}} for m in mutants if r.id in m.killed]
     return {
         "id": r.id,

@@ -38,29 +38,45 @@ class Inputs:
     tests: str
 
     def as_json(self) -> dict[str, Any]:
-        return {"engine": self.engine, "sources": list(self.sources), "contracts": self.contracts,
-                "mutants": self.mutants, "tests": self.tests}
+        return {
+            "engine": self.engine,
+            "sources": list(self.sources),
+            "contracts": self.contracts,
+            "mutants": self.mutants,
+            "tests": self.tests,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Inputs:
         try:
-            return cls(str(data["engine"]), tuple(map(str, data["sources"])), str(data["contracts"]),
-                       str(data["mutants"]), str(data["tests"]))
+            return cls(
+                str(data["engine"]),
+                tuple(map(str, data["sources"])),
+                str(data["contracts"]),
+                str(data["mutants"]),
+                str(data["tests"]),
+            )
         except (KeyError, TypeError) as exc:
             raise EvidenceError(f"contract-evidence predicate: `inputs` is missing {exc}") from None
 
     @classmethod
     def of(cls, project: Project, engine: str, sources: tuple[str, ...]) -> Inputs:
-        return cls(engine, sources, _rel(project.contracts, project.root), _rel(project.mutants, project.root),
-                   _rel(project.tests, project.root))
+        return cls(
+            engine,
+            sources,
+            _rel(project.contracts, project.root),
+            _rel(project.mutants, project.root),
+            _rel(project.tests, project.root),
+        )
 
 
 def _rel(path: Path, root: Path) -> str:
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
-        raise EvidenceError(f"{path} is outside the project root {root}: evidence names files relative to "
-                            "the root") from None
+        raise EvidenceError(
+            f"{path} is outside the project root {root}: evidence names files relative to the root"
+        ) from None
 
 
 def source_files(root: Path, patterns: tuple[str, ...]) -> list[str]:
@@ -78,12 +94,18 @@ def configuration_files(root: Path, inputs: Inputs) -> list[tuple[str, str]]:
     for directory, role in ((inputs.contracts, "contract"), (inputs.mutants, "mutant")):
         base = root / directory
         if base.is_dir():
-            out += [(p.relative_to(root).as_posix(), role) for p in base.rglob("*")
-                    if p.suffix in YAML_SUFFIXES and p.is_file() and "schema" not in p.relative_to(base).parts]
+            out += [
+                (p.relative_to(root).as_posix(), role)
+                for p in base.rglob("*")
+                if p.suffix in YAML_SUFFIXES and p.is_file() and "schema" not in p.relative_to(base).parts
+            ]
     tests = root / inputs.tests
     if tests.is_dir():
-        out += [(p.relative_to(root).as_posix(), "falsifier-tests") for p in tests.rglob("*.py")
-                if "__pycache__" not in p.parts]
+        out += [
+            (p.relative_to(root).as_posix(), "falsifier-tests")
+            for p in tests.rglob("*.py")
+            if "__pycache__" not in p.parts
+        ]
     out += [(name, "project") for name in ("tox.ini", "pyproject.toml") if (root / name).is_file()]
     return sorted(set(out))
 
@@ -111,7 +133,9 @@ def weights_files(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]:
         engine = engine_object(root, spec)
     except EngineError as exc:
         raise EvidenceError(str(exc)) from None
-    except Exception as exc:  # the engine's own code is what evidence is about: a broken file must not crash us
+    except (
+        Exception
+    ) as exc:  # the engine's own code is what evidence is about: a broken file must not crash us
         raise EvidenceError(f"engine {spec!r} cannot be made: {type(exc).__name__}: {exc}") from None
     locate = getattr(engine, "tiny_model_path", None)
     if locate is None:
@@ -119,14 +143,20 @@ def weights_files(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]:
     try:
         directory = Path(locate())
     except Exception as exc:
-        raise EvidenceError(f"engine {spec!r}: tiny_model_path() raised {type(exc).__name__}: {exc}") from None
+        raise EvidenceError(
+            f"engine {spec!r}: tiny_model_path() raised {type(exc).__name__}: {exc}"
+        ) from None
     missing = [f for f in WEIGHT_FILES if not (directory / f).is_file()]
     if missing:
-        raise EvidenceError(f"engine {spec!r}: tiny_model_path() gave a directory without {', '.join(missing)}")
+        raise EvidenceError(
+            f"engine {spec!r}: tiny_model_path() gave a directory without {', '.join(missing)}"
+        )
     try:
         prefix = directory.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
-        prefix = directory.name  # outside the tree (a cache dir): the directory's own name, never its location
+        prefix = (
+            directory.name
+        )  # outside the tree (a cache dir): the directory's own name, never its location
     return [(f"{prefix}/{f}", directory / f) for f in WEIGHT_FILES], ""
 
 

@@ -39,7 +39,9 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
     n = len(outcomes)
     reasons = []
     passed = counts[Outcome.PASS.value]
-    bad = {o.value: counts[o.value] for o in (Outcome.FAIL, Outcome.ERROR, Outcome.NOT_RUN) if counts[o.value]}
+    bad = {
+        o.value: counts[o.value] for o in (Outcome.FAIL, Outcome.ERROR, Outcome.NOT_RUN) if counts[o.value]
+    }
     if n == 0:
         reasons.append("no prediction: an empty corpus is never a pass")
     elif passed == 0:
@@ -47,7 +49,9 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
     for outcome, k in bad.items():
         reasons.append(f"{k} of {n} predictions {outcome}")
     if tests["failures"] or tests["errors"]:
-        reasons.append(f"JUnit: {tests['failures']} failed and {tests['errors']} errors of {tests['tests']} tests")
+        reasons.append(
+            f"JUnit: {tests['failures']} failed and {tests['errors']} errors of {tests['tests']} tests"
+        )
     declared: list[str] = sorted(mutants.get("declared", []))
     results = {r["id"]: r["status"] for r in mutants.get("results", [])}
     killed = sorted(m for m, s in results.items() if s == KILLED)
@@ -56,30 +60,47 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
     missing = sorted(set(declared) - set(results)) if mutants.get("run") else []
     if not mutants.get("run"):
         if declared:
-            reasons.append(f"mutants not run ({len(declared)} declared): {mutants.get('reason', 'no mutant report')}")
+            reasons.append(
+                f"mutants not run ({len(declared)} declared): {mutants.get('reason', 'no mutant report')}"
+            )
     else:
         if not_killed:
-            reasons.append(f"{len(not_killed)} of {len(results)} mutants not killed: "
-                           + ", ".join(f"{m} ({results[m]})" for m in not_killed))
+            reasons.append(
+                f"{len(not_killed)} of {len(results)} mutants not killed: "
+                + ", ".join(f"{m} ({results[m]})" for m in not_killed)
+            )
         if missing:
-            reasons.append(f"{len(missing)} of {len(declared)} declared mutants missing from the report: "
-                           + ", ".join(missing))
+            reasons.append(
+                f"{len(missing)} of {len(declared)} declared mutants missing from the report: "
+                + ", ".join(missing)
+            )
     decision = "NO-GO" if reasons else "GO"
     if mutants.get("run"):
         mutant_text = f"{len(killed)} of {len(set(results) | set(declared))} mutants killed"
         if timed_out:
             mutant_text += f", {len(timed_out)} timed out"
     else:
-        mutant_text = f"mutants NOT RUN ({len(declared)} declared, 0 killed)" if declared else "no mutant declared"
-    summary = (f"{decision} — {passed} of {n} predictions passed"
-               f" ({counts[Outcome.NOT_APPLICABLE.value]} not applicable); {tests['tests']} tests,"
-               f" {tests['failures']} failed, {tests['errors']} errors, {tests['skipped']} skipped; {mutant_text}")
+        mutant_text = (
+            f"mutants NOT RUN ({len(declared)} declared, 0 killed)" if declared else "no mutant declared"
+        )
+    summary = (
+        f"{decision} — {passed} of {n} predictions passed"
+        f" ({counts[Outcome.NOT_APPLICABLE.value]} not applicable); {tests['tests']} tests,"
+        f" {tests['failures']} failed, {tests['errors']} errors, {tests['skipped']} skipped; {mutant_text}"
+    )
     return {
         "decision": decision,
         "summary": summary,
         "reasons": reasons,
         "predictions": {"total": n, **{o.value: counts[o.value] for o in Outcome}},
         "tests": dict(tests),
-        "mutants": {"run": bool(mutants.get("run")), "declared": len(declared), "ran": len(results),
-                    "killed": len(killed), "timedOut": timed_out, "notKilled": not_killed, "missing": missing},
+        "mutants": {
+            "run": bool(mutants.get("run")),
+            "declared": len(declared),
+            "ran": len(results),
+            "killed": len(killed),
+            "timedOut": timed_out,
+            "notKilled": not_killed,
+            "missing": missing,
+        },
     }

@@ -43,9 +43,12 @@ STATEMENT_SCHEMA: dict[str, Any] = {
                 "required": ["name", "digest"],
                 "properties": {
                     "name": {"type": "string", "minLength": 1},
-                    "digest": {"type": "object", "minProperties": 1,
-                               "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]+$"},
-                               "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}},
+                    "digest": {
+                        "type": "object",
+                        "minProperties": 1,
+                        "additionalProperties": {"type": "string", "pattern": "^[0-9a-f]+$"},
+                        "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
+                    },
                     "annotations": {"type": "object"},
                 },
             },
@@ -58,8 +61,10 @@ STATEMENT_SCHEMA: dict[str, Any] = {
 
 def shape_problems(statement: Any) -> list[str]:
     validator = jsonschema.Draft202012Validator(STATEMENT_SCHEMA)
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(statement)'}: {e.message}"
-            for e in sorted(validator.iter_errors(statement), key=lambda e: list(map(str, e.absolute_path)))]
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '(statement)'}: {e.message}"
+        for e in sorted(validator.iter_errors(statement), key=lambda e: list(map(str, e.absolute_path)))
+    ]
 
 
 @dataclass(slots=True)
@@ -73,7 +78,9 @@ class Verification:
         if actual is None:
             self.problems.append(f"{name}: missing ({where} records sha256 {recorded[:16]}…)")
         elif actual != recorded:
-            self.problems.append(f"{name}: sha256 changed ({where}): recorded {recorded[:16]}…, now {actual[:16]}…")
+            self.problems.append(
+                f"{name}: sha256 changed ({where}): recorded {recorded[:16]}…, now {actual[:16]}…"
+            )
 
 
 def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]]]:
@@ -101,8 +108,9 @@ def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]
 
 def verify(bundle: Path, root: Path) -> Verification:
     lines, by_type = read_statements(bundle)
-    test_result, evidence, release = (by_type[t] for t in (TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE,
-                                                            RELEASE_REPORT_TYPE))
+    test_result, evidence, release = (
+        by_type[t] for t in (TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE, RELEASE_REPORT_TYPE)
+    )
     ev = evidence["predicate"]
     v = Verification()
 
@@ -121,15 +129,19 @@ def verify(bundle: Path, root: Path) -> Verification:
     # 2. The working tree: engine sources, weights, contracts and the rest of the configuration.
     inputs = Inputs.from_json(ev["inputs"])
     recorded = {d["name"]: d for d in test_result["subject"] + test_result["predicate"]["configuration"]}
-    now: dict[str, tuple[str, Path]] = {name: ("engine source", root / name)
-                                        for name in source_files(root, inputs.sources)}
+    now: dict[str, tuple[str, Path]] = {
+        name: ("engine source", root / name) for name in source_files(root, inputs.sources)
+    }
     now.update({name: ("configuration", root / name) for name, _ in configuration_files(root, inputs)})
     try:
         weights, _ = weights_files(root, inputs.engine)
     except EvidenceError as exc:
         v.problems.append(f"weights: cannot locate them through engine {inputs.engine!r}: {exc}")
-        weights = [(d["name"], root / "\0missing") for d in test_result["subject"]
-                   if d.get("annotations", {}).get("falsify.role") == "weights"]
+        weights = [
+            (d["name"], root / "\0missing")
+            for d in test_result["subject"]
+            if d.get("annotations", {}).get("falsify.role") == "weights"
+        ]
     now.update({name: ("weights", path) for name, path in weights})
     for name, d in sorted(recorded.items()):
         path = now[name][1] if name in now else root / name
@@ -141,14 +153,19 @@ def verify(bundle: Path, root: Path) -> Verification:
         if c["file"] in recorded:
             continue
         path = root / c["file"]
-        v.digest(c["file"], c["digest"]["sha256"], sha256_file(path) if path.is_file() else None,
-                 f"contract {c['id']}")
+        v.digest(
+            c["file"],
+            c["digest"]["sha256"],
+            sha256_file(path) if path.is_file() else None,
+            f"contract {c['id']}",
+        )
 
     # 3. Build the bundle again from its results and the tree; it must come out byte for byte the same.
     results_path, junit_path = bundle / RESULTS, bundle / JUNIT
     if not (results_path.is_file() and junit_path.is_file()):
-        v.problems.append(f"{RESULTS if not results_path.is_file() else JUNIT}: missing, cannot re-derive the "
-                          "verdict")
+        v.problems.append(
+            f"{RESULTS if not results_path.is_file() else JUNIT}: missing, cannot re-derive the verdict"
+        )
         return v
     report = None
     if ev["mutants"]["run"]:
@@ -158,8 +175,9 @@ def verify(bundle: Path, root: Path) -> Verification:
         report = _json(bundle / MUTATION_REPORT, v)
         if report is None:
             return v
-    corpus = load_corpus([root / inputs.contracts] + ([root / inputs.mutants] if (root / inputs.mutants).is_dir()
-                                                      else []))
+    corpus = load_corpus(
+        [root / inputs.contracts] + ([root / inputs.mutants] if (root / inputs.mutants).is_dir() else [])
+    )
     if corpus.problems:
         v.problems += [f"{p} (contracts no longer lint)" for p in corpus.problems]
         return v
@@ -178,12 +196,19 @@ def verify(bundle: Path, root: Path) -> Verification:
         if old != new:
             where = [p for p in json_diff(json.loads(old), json.loads(new)) if not _covered(p)]
             if where:
-                v.problems.append(f"{STATEMENTS} line {i}: differs from the statement the bundle's results and the "
-                                  f"tree give: {'; '.join(where[:5])}" + (" …" if len(where) > 5 else ""))
+                v.problems.append(
+                    f"{STATEMENTS} line {i}: differs from the statement the bundle's results and the "
+                    f"tree give: {'; '.join(where[:5])}" + (" …" if len(where) > 5 else "")
+                )
     for name, data in sorted(rebuilt.items()):
-        if name != STATEMENTS and (bundle / name).is_file() and (bundle / name).read_bytes() != data:
-            if not any(p.startswith(f"{name}:") for p in v.problems):
-                v.problems.append(f"{name}: does not match what the statements give (rendered again, it differs)")
+        named = any(p.startswith(f"{name}:") for p in v.problems)
+        if (
+            name != STATEMENTS
+            and (bundle / name).is_file()
+            and (bundle / name).read_bytes() != data
+            and not named
+        ):
+            v.problems.append(f"{name}: does not match what the statements give (rendered again, it differs)")
     return v
 
 
@@ -197,8 +222,11 @@ def _json(path: Path, v: Verification) -> Any:
 
 def _covered(path: str) -> bool:
     """Differences that the digest checks above already named file by file."""
-    return path.startswith(("subject", "predicate.configuration", "predicate.statements", "predicate.contracts")) \
-        or "Digest" in path or ".digest" in path
+    return (
+        path.startswith(("subject", "predicate.configuration", "predicate.statements", "predicate.contracts"))
+        or "Digest" in path
+        or ".digest" in path
+    )
 
 
 def json_diff(a: Any, b: Any, path: str = "") -> list[str]:
