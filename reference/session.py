@@ -107,6 +107,7 @@ class Session:
         """Emit up to `max_tokens` tokens continuing `prompt`; the module docstring gives the loop's order."""
         prompt, stops = self._check(prompt, max_tokens, stop_tokens)
         cancel = CancelToken.never() if cancel is None else cancel
+        _check_callables(cancel, sampler, on_token)
         polls_before = cancel.polls
         meter = _Meter()
         tokens: list[int] = []
@@ -208,6 +209,21 @@ class Session:
             )
         stops = frozenset(_token_ids(stop_tokens, "stop_tokens", vocab))
         return ids, stops
+
+
+def _check_callables(cancel: Any, sampler: Any, on_token: Any) -> None:
+    if not (
+        callable(getattr(cancel, "is_cancelled", None)) and isinstance(getattr(cancel, "polls", None), int)
+    ):
+        raise ValueError(
+            f"cancel must be a CancelToken (is_cancelled() and polls), got {type(cancel).__name__}"
+        )
+    if not callable(sampler):
+        raise ValueError(
+            f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
+        )
+    if on_token is not None and not callable(on_token):
+        raise ValueError(f"on_token must be callable or None, got {type(on_token).__name__}")
 
 
 def _token_ids(tokens: Iterable[int], what: str, vocab: int) -> list[int]:

@@ -220,6 +220,24 @@ def test_bad_requests_are_refused_before_touching_state(
     assert warm.emitted == 3
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"cancel": 3}, "cancel must be a CancelToken"),
+        ({"sampler": "greedy"}, "sampler must be callable"),
+        ({"on_token": []}, "on_token must be callable or None"),
+    ],
+)
+def test_bad_collaborators_are_refused_before_touching_state(
+    model: Any, kwargs: dict[str, Any], message: str
+) -> None:
+    spy = Spy(model)
+    session = Session(spy)
+    with pytest.raises(ValueError, match=message):
+        session.generate([1, 2, 3], 4, **kwargs)
+    assert spy.calls == [] and session.history == []
+
+
 @settings(max_examples=8, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
