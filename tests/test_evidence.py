@@ -538,3 +538,57 @@ def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: 
     assert "2 of 2 predictions passed" in text and "1 of 1 mutants killed" in text
     assert "FALSIFY-TINY-ADD-001 tiny-add-v1 PASS" in text
     assert "add-off-by-one Killed tinyengine/engine.py FALSIFY-TINY-ADD-001" in text
+
+
+def test_verdict_denominators() -> None:
+    from falsify.evidence.verdict import decide
+
+    clean = {"tests": 3, "failures": 0, "errors": 0, "skipped": 0}
+    ran = {
+        "run": True,
+        "declared": ["m1", "m2"],
+        "results": [{"id": "m1", "status": "Killed"}, {"id": "m2", "status": "Timeout"}],
+    }
+    go = decide(["PASS", "PASS", "NOT APPLICABLE"], clean, ran)
+    assert go["decision"] == "GO" and go["reasons"] == []
+    assert go["summary"].startswith("GO — 2 of 3 predictions passed (1 not applicable); 3 tests, 0 failed")
+    assert go["summary"].endswith("1 of 2 mutants killed, 1 timed out")
+    assert decide([], clean, ran)["reasons"] == ["no prediction: an empty corpus is never a pass"]
+    assert decide(["NOT APPLICABLE"], clean, ran)["reasons"] == ["0 of 1 predictions passed"]
+    assert decide(["PASS", "NOT RUN"], clean, ran)["reasons"] == ["1 of 2 predictions NOT RUN"]
+    junit_red = decide(["PASS"], {**clean, "errors": 1}, ran)
+    assert junit_red["reasons"] == ["JUnit: 0 failed and 1 errors of 3 tests"]
+    survived = {**ran, "results": [{"id": "m1", "status": "Survived"}]}
+    assert decide(["PASS"], clean, survived)["reasons"] == [
+        "1 of 1 mutants not killed: m1 (Survived)",
+        "1 of 2 declared mutants missing from the report: m2",
+    ]
+    not_run = decide(["PASS"], clean, {"run": False, "reason": "runner absent", "declared": ["m1"]})
+    assert not_run["decision"] == "NO-GO"
+    assert not_run["reasons"] == ["mutants not run (1 declared): runner absent"]
+    assert "mutants NOT RUN (1 declared, 0 killed)" in not_run["summary"]
+    assert decide(["PASS"], clean, {"run": False, "declared": []})["decision"] == "GO"
+
+
+def test_killed_predictions_come_from_the_runners_status_reason(
+    built: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`falsify mutants` names the predictions that turned red in statusReason; a failing test bound to several
+    predictions must not credit the ones that held."""
+    from falsify.corpus import load_corpus
+    from falsify.evidence.mutation import outcomes
+
+    root = built / "proj"
+    monkeypatch.chdir(root)
+    corpus = load_corpus([root / "contracts", root / "mutants"])
+    results = json.loads((root / "evidence" / RESULTS).read_text(encoding="utf-8"))
+    report = stryker_report()
+    mutant = report["files"]["tinyengine/engine.py"]["mutants"][0]  # type: ignore[index]
+    assert outcomes(report, corpus, results, root)[0].killed == ("FALSIFY-TINY-ADD-001",)
+    mutant["statusReason"] = "red: FALSIFY-TINY-ADD-001, FALSIFY-TINY-ADD-002\nassert 4 == 3"
+    assert outcomes(report, corpus, results, root)[0].killed == (
+        "FALSIFY-TINY-ADD-001",
+        "FALSIFY-TINY-ADD-002",
+    )
+    mutant["status"] = "Survived"
+    assert outcomes(report, corpus, results, root)[0].killed == ()
