@@ -106,22 +106,11 @@ class LaneHost:
         """Admit a stream; its first chunk runs in a later round. Raises LaneRefused when it cannot fit."""
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"submit: max_tokens must be an int >= 1, got {max_tokens!r}")
-        held = sum(lane.state is not None for lane in self._lanes.values())
-        if held >= self.max_streams:
-            raise LaneRefused(f"submit: all {self.max_streams} lanes are held; a stream must leave or finish")
-        positions = len(prompt) + max_tokens - 1  # the last emitted token is never forwarded
-        limit = int(self.model.config.max_position_embeddings)
-        if positions > limit:
-            raise LaneRefused(f"submit: {len(prompt)} prompt + {max_tokens} reply tokens need {positions} "
-                              f"positions; the model has {limit}")
-        free, _, total = self._pool.counts()
-        need = -(-positions // self._pool.page_size)
-        if need > free:
-            raise LaneRefused(f"submit: {len(prompt)} prompt + {max_tokens} reply tokens need {need} pages "
-                              f"of {self._pool.page_size} tokens; {free} of {total} are free")
         state = self.model.new_state(self._pool)
         try:
-            prefill = Prefill.open(self.model, state, prompt, chunk_cap=self.chunk_cap)
+            prefill = Prefill.open(self.model, state, prompt, chunk_cap=self.chunk_cap)  # checks the prompt
+            positions = len(prefill.prompt) + max_tokens - 1  # the last emitted token is never forwarded
+            self._admit(len(prefill.prompt), max_tokens, positions)
             state.reserve(positions)
         except BaseException:
             state.release()
@@ -131,6 +120,21 @@ class LaneHost:
         self._lanes[lane.id] = lane
         self._queue.append(lane.id)
         return lane.id
+
+    def _admit(self, n_prompt: int, max_tokens: int, positions: int) -> None:
+        """Raise LaneRefused unless a lane and the pages of `positions` positions are free."""
+        held = sum(lane.state is not None for lane in self._lanes.values())
+        if held >= self.max_streams:
+            raise LaneRefused(f"submit: all {self.max_streams} lanes are held; a stream must leave or finish")
+        limit = int(self.model.config.max_position_embeddings)
+        if positions > limit:
+            raise LaneRefused(f"submit: {n_prompt} prompt + {max_tokens} reply tokens need {positions} "
+                              f"positions; the model has {limit}")
+        free, _, total = self._pool.counts()
+        need = -(-positions // self._pool.page_size)
+        if need > free:
+            raise LaneRefused(f"submit: {n_prompt} prompt + {max_tokens} reply tokens need {need} pages "
+                              f"of {self._pool.page_size} tokens; {free} of {total} are free")
 
     def round(self) -> RoundReport:
         """One decode step for every decoding stream, then at most one prefill chunk."""

@@ -178,6 +178,19 @@ def test_leave_returns_pages_and_refusals_are_named() -> None:
     assert host.pool() == (8, 0, 8) and len(host.tokens(b)) == 2
 
 
+def test_bad_submits_are_refused_before_any_page_is_taken() -> None:
+    host = LaneHost(Toy(), chunk_cap=4, pages=8, page_size=8)
+    with pytest.raises(PrefillError, match=r"token ids must lie in \[0, 37\)"):
+        host.submit([1, 99], 3)
+    with pytest.raises(PrefillError, match="non-empty"):
+        host.submit([], 3)
+    with pytest.raises(ValueError, match="max_tokens must be an int >= 1, got 0"):
+        host.submit([1], 0)
+    with pytest.raises(LaneRefused, match="need 600 positions; the model has 512"):
+        host.submit([1] * 500, 101)
+    assert host.pool() == (8, 0, 8) and host.streams() == ()
+
+
 def test_cancel_token_polled_once_per_token() -> None:
     m = Toy()
     host = LaneHost(m, chunk_cap=4, pages=64, page_size=8)
