@@ -16,6 +16,8 @@ sub-block where the C code sums left to right (each step adds one element of eve
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -34,8 +36,10 @@ NSTEP = 20
 
 # Sub-blocks quantized per tile: keeps the [32, tile] float32 work arrays (1 MiB each) near the cache.
 QUANT_TILE = 8192
-# Rows of a weight matrix dequantized at once by matmul; the tile, not the matrix, is ever held as float32.
-MATMUL_ROW_TILE = 256
+# Weights matmul widens to float32 at once (1 MiB): a tile of rows, never the whole matrix.
+MATMUL_TILE_VALUES = 1 << 18
+# Rows of x up to which matmul scales per-super-block dot products instead of the weights.
+MATVEC_MAX_N = 4
 
 
 def nearest_int(f: np.ndarray) -> np.ndarray:  # f32[...] -> i32[...]
@@ -267,7 +271,8 @@ class Q4_K:
         x = _check_floats(x, "x", ndim=2)
         rows, cols = x.shape
         _check_cols(cols, f"x of shape {x.shape}")
-        q = quantize_blocks(x.reshape(-1, QK_K)).reshape(rows, cols // QK_K * BLOCK_BYTES)
+        q = np.empty((rows, cols // QK_K * BLOCK_BYTES), dtype=np.uint8)  # owns its bytes: matmul can cache it
+        q.reshape(-1, BLOCK_BYTES)[...] = quantize_blocks(x.reshape(-1, QK_K))
         row = _first_nonfinite_row(q)
         if row is not None:
             raise ValueError(f"Q4_K.quantize: x of shape {x.shape} is too large for Q4_K's fp16 scales (d or "
@@ -288,34 +293,115 @@ class Q4_K:
 
     @classmethod
     def matmul(cls, q: np.ndarray, x: np.ndarray) -> np.ndarray:  # u8[rows, nb*144], f32[n,cols] -> [n,rows]
-        """x @ dequantize(q).T computed per sub-block: d*sc * (q . x) - dmin*m * sum(x).
+        """x @ dequantize(q).T as sum_k (d * (sc*q)_k) x_k - sum_j (dmin*m_j) * sum(x_j), per row tile.
 
-        Only MATMUL_ROW_TILE rows of 4-bit quants are widened to float32 at a time; the per-sub-block sums
-        of x are formed once and shared by all rows. Nothing is cached between calls.
+        d * (sc*q) is formed in float32 for MATMUL_TILE_VALUES weights at a time, never the whole matrix; the per-sub-block sums of x are formed
+        once and shared by all rows. A read-only q (np.frombuffer, a memory map, or one this method owns, see
+        _unpacked) keeps its unpacked form, int16 sc*q plus float32 d and dmin*m, 2.1 bytes per weight, cached
+        while it lives, up to CACHE_BYTES in all; any other q is unpacked tile by tile on each call.
         """
         q = _check_blocks(q)
         x = _check_floats(x, "x", ndim=2)
-        rows = q.shape[0]
         nb = q.shape[1] // BLOCK_BYTES
-        cols = x.shape[1]
-        if cols != nb * QK_K:
-            raise ValueError(f"Q4_K.matmul: x has {cols} columns but the weights of shape {q.shape} hold "
-                             f"{nb * QK_K} per row")
-        return _matmul(q.reshape(rows, nb, BLOCK_BYTES), x)
+        if x.shape[1] != nb * QK_K:
+            raise ValueError(f"Q4_K.matmul: x has {x.shape[1]} columns but the weights of shape {q.shape} "
+                             f"hold {nb * QK_K} per row")
+        return _matmul(q, x, _unpacked(q))
+
+    @classmethod
+    def clear_cache(cls) -> None:
+        _CACHE.clear()
 
 
-def _matmul(q: np.ndarray, x: np.ndarray) -> np.ndarray:  # u8[rows, nb, 144], f32[n, cols] -> f32[n, rows]
-    rows, nb, _ = q.shape
-    n = x.shape[0]
-    xsum = x.reshape(n, nb * N_SUB, SUB).sum(axis=2)  # [n, nb*8]: sum(x) per sub-block
+@dataclass(frozen=True, slots=True)
+class Unpacked:
+    """Rows of Q4_K weights unpacked for matmul."""
+
+    scq: np.ndarray  # i16[rows, nb, 256]: sc[j] * q, exact (at most 63 * 15)
+    d: np.ndarray  # f32[rows, nb]
+    dm: np.ndarray  # f32[rows, nb * 8]: dmin * m[j], as dequantize_row_q4_K forms it
+
+    @classmethod
+    def of(cls, q: np.ndarray) -> Unpacked:  # u8[rows, nb * 144] -> Unpacked
+        rows = q.shape[0]
+        blocks = q.reshape(-1, BLOCK_BYTES)
+        nb = blocks.shape[0] // rows
+        d, dmin, scales, qs = split_blocks(blocks)
+        sc, m = unpack_scales(scales)
+        scq = unpack_qs(qs).astype(np.int16) * sc.astype(np.int16)[:, :, None]  # [rows*nb, 8, 32]
+        return cls(scq=scq.reshape(rows, nb, QK_K), d=d.reshape(rows, nb),
+                   dm=(dmin[:, None] * m.astype(np.float32)).reshape(rows, nb * N_SUB))
+
+    def rows(self, r0: int, r1: int) -> Unpacked:
+        return Unpacked(self.scq[r0:r1], self.d[r0:r1], self.dm[r0:r1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.scq.nbytes + self.d.nbytes + self.dm.nbytes
+
+
+# id(q) -> (weak reference to q, its Unpacked); an entry leaves when its array is garbage collected.
+_CACHE: dict[int, tuple[weakref.ref[np.ndarray], Unpacked]] = {}
+CACHE_BYTES = 1 << 30
+
+
+def _unpacked(q: np.ndarray) -> Unpacked | None:
+    """The cached Unpacked of q, made on first use; None when q may change under the cache or it is full.
+
+    Caching needs q's bytes frozen: q and every array it views must be read-only; a q that owns its data is
+    marked read-only here, so that a later write raises instead of silently disagreeing with the cache.
+    """
+    hit = _CACHE.get(id(q))
+    if hit is not None and hit[0]() is q:
+        return hit[1]
+    if q.flags.writeable and q.base is None:
+        q.flags.writeable = False
+    base: object = q
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return None
+        base = base.base
+    if sum(u.nbytes for _, u in _CACHE.values()) > CACHE_BYTES:
+        return None
+    u = Unpacked.of(q)
+    key = id(q)
+
+    def forget(_: weakref.ref[np.ndarray]) -> None:
+        _CACHE.pop(key, None)
+
+    _CACHE[key] = (weakref.ref(q, forget), u)
+    return u
+
+
+def _matmul(q: np.ndarray, x: np.ndarray, cached: Unpacked | None) -> np.ndarray:  # -> f32[n, rows]
+    """q: u8[rows, nb*144], x: f32[n, nb*256]; cached: Unpacked of q or None.
+
+    For a few rows of x the per-super-block dot products (sc*q)_b . x_b are scaled by d (a stacked matrix-vector
+    product, no pass over the weights for d); for more rows d is folded into the weight tile, which then takes
+    one matrix product (fewer, larger BLAS calls).
+    """
+    rows = q.shape[0]
+    n, cols = x.shape
+    nb = cols // QK_K
+    xsum = x.reshape(n, nb * N_SUB, SUB).sum(axis=2)  # [n, nb*8]: sum(x) per sub-block, shared by all rows
+    per_block = n <= MATVEC_MAX_N
+    tile = max(1, MATMUL_TILE_VALUES * (1 if per_block else 4) // cols)
+    w = np.empty((min(tile, rows), nb, QK_K), dtype=np.float32)
+    xb = np.ascontiguousarray(x.reshape(n, nb, QK_K).transpose(1, 2, 0))  # [nb, 256, n]
     y = np.empty((n, rows), dtype=np.float32)
-    for r0 in range(0, rows, MATMUL_ROW_TILE):
-        tile = q[r0 : r0 + MATMUL_ROW_TILE].reshape(-1, BLOCK_BYTES)
-        R = tile.shape[0] // nb
-        dsc, dm = sub_block_scales(tile)  # [R*nb, 8]
-        w = unpack_qs(tile[:, 4 + K_SCALE_SIZE :]).astype(np.float32)  # [R*nb, 8, 32]
-        w *= dsc[:, :, None]
-        y[:, r0 : r0 + R] = x @ w.reshape(R, nb * QK_K).T - xsum @ dm.reshape(R, nb * N_SUB).T
+    for r0 in range(0, rows, tile):
+        r1 = min(rows, r0 + tile)
+        u = cached.rows(r0, r1) if cached is not None else Unpacked.of(q[r0:r1])
+        wt = w[: r1 - r0]
+        if per_block:
+            np.copyto(wt, u.scq, casting="unsafe")
+            g = np.matmul(wt.transpose(1, 0, 2), xb)  # [nb, R, n]: (sc*q)_b . x_b
+            g *= u.d.T[:, :, None]
+            yt = g.sum(axis=0).T
+        else:
+            np.multiply(u.scq, u.d[:, :, None], out=wt)  # d * (sc*q), widened and scaled in one pass
+            yt = x @ wt.reshape(r1 - r0, cols).T
+        y[:, r0:r1] = yt - xsum @ u.dm.T
     return y
 
 

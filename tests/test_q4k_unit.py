@@ -53,15 +53,32 @@ def test_quantize_tiles_do_not_change_bytes(monkeypatch: pytest.MonkeyPatch) -> 
     assert np.array_equal(Q4_K.quantize(x), whole)
 
 
-@pytest.mark.parametrize("tile", [1, 3, 64])
-def test_matmul_row_tiles(monkeypatch: pytest.MonkeyPatch, tile: int) -> None:
+@pytest.mark.parametrize("tile_rows", [1, 3, 64])
+@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize("n", [1, 5])  # the per-super-block path and the weight-tile path
+def test_matmul_row_tiles(monkeypatch: pytest.MonkeyPatch, tile_rows: int, cached: bool, n: int) -> None:
     rng = np.random.default_rng(3)
     q = Q4_K.quantize(rng.standard_normal((10, 512)).astype(np.float32))
-    x = rng.standard_normal((5, 512)).astype(np.float32)
-    monkeypatch.setattr(q4k, "MATMUL_ROW_TILE", tile)
+    if not cached:
+        q = np.concatenate([q, q])[:10]  # a view of a writeable base: never cached
+    x = rng.standard_normal((n, 512)).astype(np.float32)
+    monkeypatch.setattr(q4k, "MATMUL_TILE_VALUES", tile_rows * 512)
     y = Q4_K.matmul(q, x)
+    assert (q4k._unpacked(q) is not None) == cached
     ref = x.astype(np.float64) @ Q4_K.dequantize(q).astype(np.float64).T
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_cache_freezes_and_forgets_its_array() -> None:
+    q = Q4_K.quantize(np.random.default_rng(4).standard_normal((4, 256)).astype(np.float32))
+    Q4_K.matvec(q, np.ones(256, np.float32))
+    assert not q.flags.writeable  # a write would otherwise disagree with the cached unpacked form
+    with pytest.raises(ValueError):
+        q[0, 0] = 1
+    key = id(q)
+    assert key in q4k._CACHE
+    del q
+    assert key not in q4k._CACHE
 
 
 def test_quantize_rejects_fp16_overflow() -> None:

@@ -1,0 +1,155 @@
+"""Q4_K speed on one 4096 x 4096 Gaussian matrix, medians of repeats, every ratio measured side by side.
+
+python benchmarks/q4k.py [--rows 4096] [--cols 4096] [--repeats 7] [--quant-repeats 3] [--out FILE]
+
+Targets: matvec <= 5x a dense float32 matvec and >= 10x faster than gguf dequantize + matmul; quantize <= 3x
+llama.cpp's C quantize_row_q4_K_ref (through ggml-python, when installed). Each repeat runs every contender once
+in turn, so a load spike on the shared machine hits all of them; the ratios are of the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from reference.q4k import Q4_K  # noqa: E402  (after the path insert, so the benchmark runs from a checkout)
+
+
+def load_cases() -> Any:
+    spec = importlib.util.spec_from_file_location("q4k_cases", ROOT / "tests" / "data" / "q4k" / "cases.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def medians(contenders: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each contender, run round-robin `repeats` times after one warm-up call each."""
+    for fn in contenders.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=4096)
+    parser.add_argument("--cols", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quant-repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=64, help="rows of x for the matmul (a prefill chunk)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((args.rows, args.cols), dtype=np.float32)
+    x = rng.standard_normal(args.cols, dtype=np.float32)
+    X = rng.standard_normal((args.batch, args.cols), dtype=np.float32)
+    q = Q4_K.quantize(W)
+    Wd = Q4_K.dequantize(q)  # the dense float32 contender multiplies the same (dequantized) weights
+
+    cases = load_cases()
+    try:
+        lib = cases.ggml_base()
+    except ImportError:
+        lib = None
+    try:
+        import gguf
+    except ImportError:
+        gguf = None
+
+    quant: dict[str, Callable[[], object]] = {"ours": lambda: Q4_K.quantize(W)}
+    if lib is not None:
+        quant["c_ref"] = lambda: cases.c_quantize(lib, W.reshape(-1, 256))
+    t_quant = medians(quant, args.quant_repeats)
+
+    q_cold = np.concatenate([q, q])[: args.rows]  # a view of a writeable array: never cached, unpacked per call
+    mv: dict[str, Callable[[], object]] = {
+        "ours": lambda: Q4_K.matvec(q, x),
+        "ours_uncached": lambda: Q4_K.matvec(q_cold, x),
+        "dense_f32": lambda: Wd @ x,
+    }
+    mm: dict[str, Callable[[], object]] = {
+        "ours": lambda: Q4_K.matmul(q, X),
+        "ours_uncached": lambda: Q4_K.matmul(q_cold, X),
+        "dense_f32": lambda: X @ Wd.T,
+    }
+    if gguf is not None:
+        def gguf_deq() -> np.ndarray:
+            return gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q4_K)
+
+        mv["gguf_dequantize_matmul"] = lambda: gguf_deq() @ x
+        mm["gguf_dequantize_matmul"] = lambda: X @ gguf_deq().T
+    t_mv = medians(mv, args.repeats)
+    t_mm = medians(mm, args.repeats)
+
+    ratios: dict[str, float] = {
+        "matvec_over_dense_f32": t_mv["ours"] / t_mv["dense_f32"],
+        "matvec_uncached_over_dense_f32": t_mv["ours_uncached"] / t_mv["dense_f32"],
+        "matmul_over_dense_f32": t_mm["ours"] / t_mm["dense_f32"],
+    }
+    targets: dict[str, dict[str, Any]] = {
+        "matvec <= 5x dense float32": {"value": ratios["matvec_over_dense_f32"], "met": None},
+    }
+    targets["matvec <= 5x dense float32"]["met"] = ratios["matvec_over_dense_f32"] <= 5
+    if "gguf_dequantize_matmul" in t_mv:
+        ratios["gguf_over_matvec"] = t_mv["gguf_dequantize_matmul"] / t_mv["ours"]
+        ratios["gguf_over_matmul"] = t_mm["gguf_dequantize_matmul"] / t_mm["ours"]
+        targets["matvec >= 10x faster than gguf dequantize+matmul"] = {
+            "value": ratios["gguf_over_matvec"], "met": ratios["gguf_over_matvec"] >= 10}
+    if "c_ref" in t_quant:
+        ratios["quantize_over_c_ref"] = t_quant["ours"] / t_quant["c_ref"]
+        targets["quantize <= 3x C reference"] = {
+            "value": ratios["quantize_over_c_ref"], "met": ratios["quantize_over_c_ref"] <= 3}
+
+    result = {
+        "benchmark": "q4k",
+        "shape": [args.rows, args.cols],
+        "matmul_batch": args.batch,
+        "repeats": {"quantize": args.quant_repeats, "matvec_matmul": args.repeats},
+        "median_seconds": {"quantize": t_quant, "matvec": t_mv, "matmul": t_mm},
+        "ratios": ratios,
+        "targets": targets,
+        "env": {
+            "numpy": np.__version__,
+            "gguf": version("gguf"),
+            "ggml-python": version("ggml-python"),
+            "cpus": os.cpu_count(),
+            "loadavg_1min": os.getloadavg()[0],
+        },
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
