@@ -110,8 +110,8 @@ class Prefill:
         """
         tokens = _tokens(prompt, int(model.config.vocab_size))
         width = chunk_width(model, chunk_cap)
-        planned = tuple(sorted({*_positions(marks, "marks", len(tokens)), *_positions(starts, "starts",
-                                                                                       len(tokens))}))
+        kept_at = frozenset(_positions(marks, "marks", len(tokens)))
+        planned = tuple(sorted(kept_at | set(_positions(starts, "starts", len(tokens)))))
         snapshot = _longest_extended(tokens, [kept] if isinstance(kept, KeptPrefix) else list(kept))
         if snapshot is not None and len(snapshot.tokens) > state.pos:
             restored = snapshot.state.copy()
@@ -120,8 +120,7 @@ class Prefill:
         if not state.pos < len(tokens):
             raise PrefillError(f"the state already holds {state.pos} tokens; a prompt of {len(tokens)} "
                                "tokens must extend it by at least one")
-        return cls(model, state, tokens, width, planned, frozenset(_positions(marks, "marks", len(tokens))),
-                   keep_logits)
+        return cls(model, state, tokens, width, planned, kept_at, keep_logits)
 
     @property
     def pos(self) -> int:
