@@ -80,6 +80,7 @@ class Control:
     detail: str
     imported: dict[str, str | None]  # module -> file it was imported from
     selected: tuple[str, ...] = ()  # the falsifiers the control ran: those some mutant will run
+    durations: dict[str, float] = field(default_factory=dict)  # falsifier -> seconds in the control
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +193,9 @@ class Runner:
             if file is not None and not Path(file).resolve().is_relative_to(tree.resolve()):
                 problems.append(f"the falsifiers imported {name} from {file}, not from the scratch copy {tree}: an "
                                 "installed copy shadows the project (mutants would run against the wrong code)")
-        return Control(not problems, finished.seconds, tests, rows, "\n".join(problems), imported, tuple(selected))
+        durations = {nid: float(r.get("duration", 0.0)) for nid, r in data.get("tests", {}).items()}
+        return Control(not problems, finished.seconds, tests, rows, "\n".join(problems), imported, tuple(selected),
+                       durations)
 
     # -- one mutant --------------------------------------------------------------------------------------------
     def selected_tests(self, m: Mutant, tests: dict[str, tuple[str, ...]] | None = None) -> list[str]:
@@ -206,8 +209,11 @@ class Runner:
             wanted = {p.id for c in self.corpus.contracts if c.id in contracts for p in c.predictions}
         else:
             wanted = set(m.kills)
-        # The tests of the predictions it must kill first: with early stop they are all that runs.
-        first = [nid for nid, preds in tests.items() if set(m.kills) & set(preds)]
+        # The tests of the predictions it must kill first, quickest first (by the control's durations): with
+        # early stop, the run ends at the first red test of the last prediction still green.
+        cost = self.control.durations if self.control is not None else {}
+        first = sorted((nid for nid, preds in tests.items() if set(m.kills) & set(preds)),
+                       key=lambda nid: cost.get(nid, 0.0))
         return first + [nid for nid, preds in tests.items() if wanted & set(preds) and nid not in first]
 
     def run_mutant(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:

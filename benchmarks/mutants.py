@@ -1,0 +1,81 @@
+"""Time per semantic mutant: each mutant of mutants/ run alone (one worker), median over repeats. Target: <= 5 s.
+
+The figure is the mutant's own falsifier run (scratch copy, pytest, the kills' tests until every listed
+prediction is red), not the one-off control. Wall time and CPU time are both reported: the machine is shared, and
+the CPU time is what the mutant itself cost.
+
+python benchmarks/mutants.py [--repeats 3] [--ids ID ...] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+from falsify.mutants.runner import MutantOutcome, Runner, Settings, load
+from falsify.mutants.scratch import Scratch
+
+TARGET_SECONDS = 5.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ids", nargs="*", help="mutant ids (default: all)")
+    parser.add_argument("--engine", default="reference")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    project, corpus, problems = load()
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 1
+    mutants = [m for m in corpus.mutants if not args.ids or m.id in args.ids]
+    runner = Runner(project, corpus, Settings(engine=args.engine, jobs=1), progress=lambda line: None)
+    per: dict[str, dict[str, list[float]]] = {m.id: {"wall": [], "cpu": []} for m in mutants}
+    outcomes: dict[str, str] = {}
+    with Scratch(project.root) as scratch:
+        control = runner.control = runner.run_control(scratch, mutants)
+        if not control.ok:
+            print(control.detail, file=sys.stderr)
+            return 1
+        for _ in range(args.repeats):
+            for m in mutants:
+                result = runner.run_mutant(scratch, m, timeout=max(120.0, 5 * control.seconds))
+                outcomes[m.id] = str(result.outcome)
+                per[m.id]["wall"].append(result.seconds)
+                if result.cpu is not None:
+                    per[m.id]["cpu"].append(result.cpu)
+    medians = {mid: {"wall": statistics.median(t["wall"]), "cpu": statistics.median(t["cpu"]) if t["cpu"] else None}
+               for mid, t in per.items()}
+    walls = [v["wall"] for v in medians.values()]
+    cpus = [v["cpu"] for v in medians.values() if v["cpu"] is not None]
+    result = {
+        "benchmark": "mutants",
+        "mutants": len(mutants),
+        "repeats": args.repeats,
+        "control_seconds": control.seconds,
+        "per_mutant": {mid: {**medians[mid], "outcome": outcomes[mid], "wall_runs": per[mid]["wall"],
+                             "cpu_runs": per[mid]["cpu"]} for mid in per},
+        "median_seconds": statistics.median(walls),
+        "max_seconds": max(walls),
+        "median_cpu_seconds": statistics.median(cpus) if cpus else None,
+        "max_cpu_seconds": max(cpus) if cpus else None,
+        "target_seconds": TARGET_SECONDS,
+        "ratio_to_target": statistics.median(walls) / TARGET_SECONDS,
+        "all_killed": all(o == MutantOutcome.KILLED for o in outcomes.values()),
+        "cores": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],  # the machine is shared: read the wall figures against this
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

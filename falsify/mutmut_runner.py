@@ -1,0 +1,446 @@
+"""`falsify mutmut`: operator-level mutants (mutmut 3) over reference/, in a scratch copy, with a survivor budget.
+
+mutmut works in ./mutants/, the directory our semantic mutants live in, so it never runs in the working tree:
+the project is copied to a scratch directory, our mutants/ moved aside (into mutmut's directory, where the
+copied pyproject.toml finds it), and mutmut configured there through setup.cfg. mutmut exits 0 with survivors,
+so the verdict comes from its per-file .meta results: survivors (survived, or no selected test covers the
+mutant) above `survivor_budget` fail the run, each listed by file:line with the mutated line.
+
+Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
+    survivor_budget = 60      # survivors allowed
+    paths = ["reference/session.py", ...]   # files mutated (bounded so the run fits CI)
+    tests = ["tests/test_session_unit.py", ...]   # the tests mutmut runs: fast ones that exercise reference/
+    timeout = 1500            # seconds for the whole mutmut run
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from falsify import __version__, stryker
+from falsify.errors import FalsifyError
+from falsify.mutants.scratch import Scratch
+from falsify.project import Project, find_project
+from falsify.table import table
+
+HELP = "run mutmut over reference/ in a scratch copy; fail above the survivor budget"
+
+# The serving path: what the contracts are about, and what fits the CI budget (README, Mutants, measured).
+DEFAULT_PATHS = ("reference/cancel.py", "reference/sampling.py", "reference/session.py", "reference/prefill.py",
+                 "reference/lanes.py")
+# Fast unit tests of those modules; the hypothesis-heavy falsifiers are `falsify mutants`' job.
+DEFAULT_TESTS = ("tests/test_cancel_token.py", "tests/test_session_unit.py", "tests/test_prefill_unit.py",
+                 "tests/test_lanes_unit.py")
+DEFAULT_BUDGET = 0
+DEFAULT_TIMEOUT = 1500.0
+
+# mutmut.stats.status_by_exit_code, restated: reading results must not depend on importing mutmut's CLI module.
+STATUS_BY_EXIT_CODE = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 2: "interrupted", None: "not checked",
+                       33: "no tests", 34: "skipped", 35: "suspicious", 36: "timeout", 37: "caught by type check",
+                       -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", -11: "segfault", -9: "segfault"}
+SURVIVING = ("survived", "no tests")
+STRYKER_STATUS = {"killed": "Killed", "timeout": "Timeout", "caught by type check": "CompileError",
+                  "survived": "Survived", "no tests": "NoCoverage", "skipped": "Ignored", "not checked": "Pending",
+                  "suspicious": "RuntimeError", "segfault": "RuntimeError", "interrupted": "Pending"}
+CLASS_SEPARATOR = "ǁ"  # mutmut's mangling: module.xǁClassǁmethod__mutmut_3, module.x_function__mutmut_3
+
+
+class MutmutError(FalsifyError):
+    """mutmut could not run, or its configuration is bad."""
+
+
+@dataclass(frozen=True, slots=True)
+class MutmutConfig:
+    survivor_budget: int = DEFAULT_BUDGET
+    paths: tuple[str, ...] = DEFAULT_PATHS
+    tests: tuple[str, ...] = DEFAULT_TESTS
+    timeout: float = DEFAULT_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True)
+class MutmutMutant:
+    name: str  # mutmut's key, e.g. reference.session.xǁSessionǁgenerate__mutmut_12
+    file: str
+    status: str
+    line: int = 0  # of the mutated line in the original file; 0 when unknown
+    original: str = ""
+    mutated: str = ""
+    duration: float | None = None
+
+
+@dataclass(slots=True)
+class MutmutRun:
+    config: MutmutConfig
+    files: list[str]
+    mutants: list[MutmutMutant] = field(default_factory=list)
+    seconds: float = 0.0
+    since: str | None = None
+    patterns: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> Counter[str]:
+        return Counter(m.status for m in self.mutants)
+
+    @property
+    def survivors(self) -> list[MutmutMutant]:
+        return [m for m in self.mutants if m.status in SURVIVING]
+
+
+def read_config(project: Project) -> MutmutConfig:
+    """[tool.falsify.mutmut] from pyproject.toml, with defaults; a bad value is a one-line MutmutError."""
+    path = project.root / "pyproject.toml"
+    try:
+        table_ = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("falsify", {}).get("mutmut", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MutmutError(f"{path}: {exc}") from None
+    where = f"{path}: [tool.falsify.mutmut]"
+    unknown = sorted(set(table_) - {"survivor_budget", "paths", "tests", "timeout"})
+    if unknown:
+        raise MutmutError(f"{where} has unknown key(s) {', '.join(unknown)} (known: survivor_budget, paths, tests, "
+                          "timeout)")
+    budget = table_.get("survivor_budget", DEFAULT_BUDGET)
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise MutmutError(f"{where} survivor_budget must be an int >= 0, got {budget!r}")
+    lists = {}
+    for key, default in (("paths", DEFAULT_PATHS), ("tests", DEFAULT_TESTS)):
+        value = table_.get(key, list(default))
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            raise MutmutError(f"{where} {key} must be a non-empty list of paths, got {value!r}")
+        lists[key] = tuple(value)
+    timeout = table_.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise MutmutError(f"{where} timeout must be a number of seconds > 0, got {timeout!r}")
+    return MutmutConfig(budget, lists["paths"], lists["tests"], float(timeout))
+
+
+# -- what to mutate ---------------------------------------------------------------------------------------------
+
+def _git(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise MutmutError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout
+
+
+def changed_lines(root: Path, ref: str, files: list[str]) -> dict[str, set[int] | None]:
+    """Lines of `files` changed since `ref` (committed or not); None for a file git does not know at `ref`."""
+    _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    out: dict[str, set[int] | None] = {}
+    for line in _git(root, "ls-files", "--others", "--exclude-standard", "--", *files).splitlines():
+        out[line] = None
+    current: str | None = None
+    for line in _git(root, "diff", "-U0", "--no-color", ref, "--", *files).splitlines():
+        if line.startswith("+++ "):
+            current = line[6:] if line.startswith("+++ b/") else None
+        elif line.startswith("--- /dev/null") and current is None:
+            pass
+        elif line.startswith("@@") and current:
+            match = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", line)
+            if match:
+                start, count = int(match[1]), int(match[2] or 1)
+                lines = out.setdefault(current, set())
+                if lines is not None:
+                    lines.update(range(start, start + max(count, 1)))
+    return out
+
+
+def function_patterns(root: Path, changed: dict[str, set[int] | None]) -> list[str]:
+    """mutmut mutant-name patterns for every function or method whose lines changed."""
+    patterns = []
+    for file, lines in sorted(changed.items()):
+        path = root / file
+        if not path.is_file():
+            continue
+        module = ".".join(Path(file).with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            defs: list[tuple[str, ast.AST]] = []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defs.append((f"x_{node.name}", node))
+            elif isinstance(node, ast.ClassDef):
+                defs += [(f"x{CLASS_SEPARATOR}{node.name}{CLASS_SEPARATOR}{f.name}", f) for f in node.body
+                         if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
+            for mangled, fn in defs:
+                span = set(range(fn.lineno, (fn.end_lineno or fn.lineno) + 1))  # type: ignore[attr-defined]
+                if lines is None or span & lines:
+                    patterns.append(f"{module}.{mangled}__mutmut_*")
+    return patterns
+
+
+# -- running mutmut in a scratch copy ---------------------------------------------------------------------------
+
+def prepare(tree: Path, project: Project, config: MutmutConfig, files: list[str]) -> None:
+    """Make the scratch copy a mutmut project whose ./mutants/ is free for mutmut."""
+    ours = str(project.mutants.relative_to(project.root))
+    copy_also = [str(project.contracts.relative_to(project.root))]
+    if ours == "mutants":
+        if (tree / "mutants").exists():
+            # mutmut runs pytest in ./mutants/ on the copied pyproject.toml: our mutants are found there again.
+            aside = tree / ".falsify-mutants-aside"
+            (tree / "mutants").rename(aside)
+            (tree / "mutants").mkdir()
+            aside.rename(tree / "mutants" / "mutants")
+    elif (tree / ours).exists():
+        copy_also.append(ours)
+    pyproject = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))
+    if "mutmut" in pyproject.get("tool", {}):
+        raise MutmutError("pyproject.toml has a [tool.mutmut] table; configure mutmut in [tool.falsify.mutmut]")
+    sources = sorted({Path(f).parts[0] for f in files})
+    lines = ["[mutmut]", "source_paths =", *(f"    {d}" for d in sources), "only_mutate =", *(f"    {f}" for f in files),
+             "pytest_add_cli_args_test_selection =", *(f"    {t}" for t in config.tests),
+             "also_copy =", *(f"    {c}" for c in copy_also), "pytest_add_cli_args =", "    -p", "    no:cacheprovider", ""]
+    setup_cfg = tree / "setup.cfg"
+    previous = setup_cfg.read_text(encoding="utf-8") + "\n" if setup_cfg.is_file() else ""
+    if "[mutmut]" in previous:
+        raise MutmutError("setup.cfg has a [mutmut] section; configure mutmut in [tool.falsify.mutmut]")
+    setup_cfg.write_text(previous + "\n".join(lines), encoding="utf-8")
+
+
+def mutmut_command(*args: str) -> list[str]:
+    # `python -m mutmut` re-executes mutmut.__main__ (mutmut warns); import its click group instead.
+    return [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())", *args]
+
+
+def read_results(tree: Path, files: list[str], patterns: list[str]) -> list[MutmutMutant]:
+    out = []
+    for file in files:
+        meta = tree / "mutants" / f"{file}.meta"
+        if not meta.is_file():
+            continue
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        durations = data.get("durations_by_key", {})
+        for name, code in data["exit_code_by_key"].items():
+            if patterns and not any(_fnmatch(name, p) for p in patterns):
+                continue
+            status = STATUS_BY_EXIT_CODE.get(code, "suspicious")
+            out.append(MutmutMutant(name, file, status, duration=durations.get(name)))
+    return out
+
+
+def _fnmatch(name: str, pattern: str) -> bool:
+    import fnmatch
+
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+_DIFFS_SCRIPT = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+names = json.load(open(sys.argv[1]))
+out = {}
+for name, path in names.items():
+    try:
+        out[name] = get_diff_for_mutant(name, path=path)
+    except Exception as exc:  # one unreadable mutant must not lose the others' diffs
+        out[name] = ""
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+
+def locate(tree: Path, mutants: list[MutmutMutant], scratch: Scratch, timeout: float) -> list[MutmutMutant]:
+    """file:line, original and mutated line of each mutant, from mutmut's own diffs (read in one process)."""
+    if not mutants:
+        return mutants
+    names, diffs_path = tree / ".falsify-names.json", tree / ".falsify-diffs.json"
+    names.write_text(json.dumps({m.name: m.file for m in mutants}), encoding="utf-8")
+    finished = scratch.run([sys.executable, "-c", _DIFFS_SCRIPT, str(names), str(diffs_path)], cwd=tree,
+                           env=_env(), timeout=timeout)
+    diffs = json.loads(diffs_path.read_text(encoding="utf-8")) if diffs_path.is_file() else {}
+    if finished.returncode != 0:
+        print(f"mutmut: could not read mutmut's diffs (exit {finished.returncode}); survivors listed without lines")
+    sources: dict[str, list[str]] = {}
+    out = []
+    for m in mutants:
+        lines = sources.setdefault(m.file, (tree / m.file).read_text(encoding="utf-8").splitlines())
+        out.append(_with_line(m, diffs.get(m.name, ""), lines))
+    return out
+
+
+def _with_line(m: MutmutMutant, diff: str, lines: list[str]) -> MutmutMutant:
+    removed = [d[1:] for d in diff.splitlines() if d.startswith("-") and not d.startswith("---")]
+    added = [d[1:] for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++")]
+    if not removed and not added:
+        return m
+    original = removed[0] if removed else ""
+    start = _function_line(m, lines)
+    line = 0
+    if original.strip():
+        # The diff is of the function alone: find its removed line in the file, from the function's first line on.
+        for i in range(max(start - 1, 0), len(lines)):
+            if lines[i].strip() == original.strip():
+                line = i + 1
+                break
+    return MutmutMutant(m.name, m.file, m.status, line or start, original.strip(), (added[0] if added else "").strip(),
+                        m.duration)
+
+
+def _function_line(m: MutmutMutant, lines: list[str]) -> int:
+    mangled = m.name.partition("__mutmut_")[0].rpartition(".")[2]
+    if mangled.startswith("x" + CLASS_SEPARATOR):
+        cls, _, fn = mangled[2:].partition(CLASS_SEPARATOR)
+        start = next((i for i, t in enumerate(lines) if re.match(rf"class {re.escape(cls)}\b", t)), 0)
+    else:
+        fn, start = mangled.removeprefix("x_"), 0
+    for i in range(start, len(lines)):
+        if re.match(rf"\s*(async\s+)?def {re.escape(fn)}\(", lines[i]):
+            return i + 1
+    return 1
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    env = os.environ.copy()
+    env["HYPOTHESIS_PROFILE"] = "mutation"
+    env.pop("PYTHONPATH", None)  # mutmut puts ./mutants first itself; nothing else may shadow it
+    return env
+
+
+def run_mutmut(project: Project, config: MutmutConfig, *, since: str | None, jobs: int,
+               progress: Any = print) -> MutmutRun:
+    files = sorted({str(p.relative_to(project.root)) for pattern in config.paths
+                    for p in project.root.glob(pattern) if p.suffix == ".py"})
+    if not files:
+        raise MutmutError(f"[tool.falsify.mutmut] paths {list(config.paths)} match no Python file")
+    run = MutmutRun(config, files, since=since)
+    if since:
+        changed = changed_lines(project.root, since, files)
+        run.patterns = function_patterns(project.root, changed)
+        run.files = sorted({f for f in changed if f in files})
+        if not run.patterns:
+            progress(f"mutmut: no function of {', '.join(files)} changed since {since}; nothing to mutate")
+            return run
+        progress(f"mutmut: {len(run.patterns)} functions changed since {since} in {', '.join(run.files)}")
+    start = time.perf_counter()
+    with Scratch(project.root, prefix="falsify-mutmut-") as scratch:
+        tree = scratch.copy("project")
+        prepare(tree, project, config, run.files)
+        progress(f"mutmut: mutating {', '.join(run.files)} in {tree}, tests {', '.join(config.tests)}")
+        args = ["run", "--max-children", str(jobs), *run.patterns]
+        finished = scratch.run(mutmut_command(*args), cwd=tree, env=_env(), timeout=config.timeout)
+        log = finished.output
+        if finished.returncode is None:
+            raise MutmutError(f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] "
+                              "timeout); narrow paths or tests")
+        if finished.returncode != 0:
+            raise MutmutError(f"mutmut exited {finished.returncode}:\n{_clean_tail(log)}")
+        mutants = read_results(tree, run.files, run.patterns)
+        if not mutants:
+            raise MutmutError(f"mutmut reported no mutant:\n{_clean_tail(log)}")
+        run.mutants = locate(tree, mutants, scratch, timeout=600)
+    run.seconds = time.perf_counter() - start
+    return run
+
+
+def _clean_tail(log: str, n: int = 20) -> str:
+    lines = [line for line in re.split(r"[\r\n]+", log) if line.strip()]
+    return "\n".join(lines[-n:])
+
+
+# -- reporting --------------------------------------------------------------------------------------------------
+
+def verdict(run: MutmutRun) -> tuple[str, bool]:
+    counts = run.counts
+    total = len(run.mutants)
+    detected = counts["killed"] + counts["timeout"] + counts["caught by type check"]
+    judged = total - counts["skipped"] - counts["not checked"]
+    survivors = len(run.survivors)
+    ok = survivors <= run.config.survivor_budget and judged > 0
+    rate = f"{100.0 * detected / judged:.1f}%" if judged else "n/a"
+    parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return (f"mutmut: {'PASS' if ok else 'FAIL'} — {total} mutants over {len(run.files)} files ({parts}); kill rate "
+            f"{detected}/{judged} = {rate}; {survivors} survivors (survived or no test) against a budget of "
+            f"{run.config.survivor_budget}; {run.seconds:.0f} s"), ok
+
+
+def render_survivors(run: MutmutRun) -> str:
+    rows = [[f"{m.file}:{m.line}", m.status, m.original[:60], m.mutated[:60], m.name.rpartition(".")[2]]
+            for m in sorted(run.survivors, key=lambda m: (m.file, m.line, m.name))]
+    return table(["where", "status", "original", "mutated", "mutant"], rows)
+
+
+def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
+    files: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for m in run.mutants:
+        if m.file not in files:
+            files[m.file] = ((root / m.file).read_text(encoding="utf-8"), [])
+        line = max(m.line, 1)
+        source_line = files[m.file][0].splitlines()[line - 1] if m.line else ""
+        indent = len(source_line) - len(source_line.lstrip())
+        loc = stryker.Location(line, indent + 1, line, max(len(source_line), indent + 1) + 1)
+        files[m.file][1].append(stryker.mutant(
+            m.name, "mutmut", loc, STRYKER_STATUS.get(m.status, "RuntimeError"), description=f"mutmut: {m.status}",
+            replacement=m.mutated or None, reason=m.status,
+            duration_ms=m.duration * 1000 if m.duration is not None else None))
+    return stryker.report(files, framework="falsify mutmut", version=__version__, project_root=str(root),
+                          config={"paths": list(run.config.paths), "tests": list(run.config.tests),
+                                  "survivor_budget": run.config.survivor_budget, "since": run.since})
+
+
+# -- the command ------------------------------------------------------------------------------------------------
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("mutmut", help=HELP, description=__doc__.splitlines()[0],
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
+    p.add_argument("--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)")
+    p.add_argument("-j", "--jobs", type=int, default=0, help="mutmut workers (default: one per core)")
+    p.add_argument("--budget", type=int, help="override [tool.falsify.mutmut] survivor_budget")
+    p.add_argument("--out", type=Path, default=Path(".falsify/mutmut"),
+                   help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutmut)")
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def run(args: argparse.Namespace) -> int:
+    from falsify.mutants.runner import available_cores
+
+    if shutil.which("git") is None and args.since:
+        raise MutmutError("--since needs git on PATH")
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        raise MutmutError("mutmut is not installed: pip install 'mutmut>=3'") from None
+    project = find_project()
+    config = read_config(project)
+    if args.budget is not None:
+        if args.budget < 0:
+            raise MutmutError(f"--budget must be >= 0, got {args.budget}")
+        config = MutmutConfig(args.budget, config.paths, config.tests, config.timeout)
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        result = run_mutmut(project, config, since=args.since, jobs=args.jobs or available_cores(),
+                            progress=lambda line: print(line, flush=True))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if args.since and not result.patterns:
+        return 0
+    if result.survivors:
+        print()
+        print(render_survivors(result))
+    out = args.out if args.out.is_absolute() else project.root / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    data = to_stryker(result, project.root)
+    (out / "mutation-report.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    (out / "mutation-report.html").write_text(stryker.render_html(data, "falsify mutmut: operator mutants"),
+                                              encoding="utf-8")
+    summary, ok = verdict(result)
+    print()
+    print(summary)
+    print(f"mutmut: report in {out / 'mutation-report.json'} and {out / 'mutation-report.html'}")
+    return 0 if ok else 1
