@@ -393,7 +393,7 @@ def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
 
 # -- the command ------------------------------------------------------------------------------------------------
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mutmut", help=HELP, description=__doc__.splitlines()[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
     p.add_argument("--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)")

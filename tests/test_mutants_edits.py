@@ -73,7 +73,7 @@ def test_compound_statement_matches_by_first_line_with_or_without_colon() -> Non
 
 
 def test_missing_function_is_stale() -> None:
-    with pytest.raises(StaleMutant, match="no function Session.generate"):
+    with pytest.raises(StaleMutant, match=r"no function Session\.generate"):
         apply("def generate():\n    pass\n", Edit("Session.generate", "delete", "pass"))
 
 

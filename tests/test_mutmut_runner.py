@@ -55,7 +55,7 @@ def test_config_values_are_read(tmp_path: Path) -> None:
     ("budget = 3\n", "unknown key(s) budget"),
 ])
 def test_bad_config_is_a_one_line_error(tmp_path: Path, table: str, message: str) -> None:
-    with pytest.raises(MutmutError, match="pyproject.toml: \\[tool.falsify.mutmut\\]") as info:
+    with pytest.raises(MutmutError, match=r"pyproject\.toml: \[tool\.falsify\.mutmut\]") as info:
         read_config(project_with(tmp_path, table))
     assert message in str(info.value) and "\n" not in str(info.value)
 

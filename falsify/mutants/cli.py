@@ -19,7 +19,7 @@ from falsify.mutants.runner import SCOPES, Runner, Settings, load
 HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mutants", help=HELP, description=__doc__.splitlines()[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
     p.add_argument("ids", nargs="*", help="mutant ids to run (default: every file in the mutants directory)")

@@ -191,6 +191,13 @@ class Operator:
         raise NotImplementedError
 
 
+def _lines(node: cst.BaseStatement) -> Sequence[cst.EmptyLine]:
+    """The blank and comment lines above a statement (both kinds of statement have them; BaseStatement does not
+    declare them)."""
+    lines: Sequence[cst.EmptyLine] = getattr(node, "leading_lines", ())
+    return lines
+
+
 def _without_lines(node: cst.BaseStatement) -> cst.BaseStatement:
     return node.with_changes(leading_lines=())
 
@@ -232,7 +239,9 @@ class Host:
 """),
     )
 
-    def rewrite(self, original, updated, target, anchor, new, where):  # type: ignore[no-untyped-def]
+    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
+                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
+                where: str | None) -> list[cst.BaseStatement]:
         return _rebuild(original, updated, {id(target): lambda node: []})
 
 
@@ -279,9 +288,11 @@ def ended(tokens, max_tokens):
             return [parsed.with_changes(**blocks)]
         return _parse_statements(text, "replacement")
 
-    def rewrite(self, original, updated, target, anchor, new, where):  # type: ignore[no-untyped-def]
+    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
+                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
+                where: str | None) -> list[cst.BaseStatement]:
         def replace(node: cst.BaseStatement) -> list[cst.BaseStatement]:
-            first = new[0].with_changes(leading_lines=node.leading_lines)
+            first = new[0].with_changes(leading_lines=_lines(node))
             if len(new) == 1 and isinstance(node, cst.SimpleStatementLine) and isinstance(first, cst.SimpleStatementLine):
                 first = first.with_changes(trailing_whitespace=node.trailing_whitespace)  # keeps a trailing comment
             return [first, *new[1:]]
@@ -326,7 +337,9 @@ def run(state, chunks):
 """),
     )
 
-    def rewrite(self, original, updated, target, anchor, new, where):  # type: ignore[no-untyped-def]
+    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
+                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
+                where: str | None) -> list[cst.BaseStatement]:
         assert anchor is not None
         return _rebuild(original, updated, {id(target): lambda node: [],
                                             id(anchor): lambda node: _place(node, [target], where)})
@@ -351,11 +364,13 @@ def finish(lane, results):
 """),
     )
 
-    def rewrite(self, original, updated, target, anchor, new, where):  # type: ignore[no-untyped-def]
+    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
+                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
+                where: str | None) -> list[cst.BaseStatement]:
         assert anchor is not None
         return _rebuild(original, updated, {
-            id(target): lambda node: [anchor.with_changes(leading_lines=node.leading_lines)],
-            id(anchor): lambda node: [target.with_changes(leading_lines=node.leading_lines)],
+            id(target): lambda node: [anchor.with_changes(leading_lines=_lines(node))],
+            id(anchor): lambda node: [target.with_changes(leading_lines=_lines(node))],
         })
 
 
@@ -390,7 +405,9 @@ def prefill(state, chunks):
                                   f"({' '.join(first)!r})")
         return new
 
-    def rewrite(self, original, updated, target, anchor, new, where):  # type: ignore[no-untyped-def]
+    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
+                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
+                where: str | None) -> list[cst.BaseStatement]:
         return _rebuild(original, updated, {id(target): lambda node: _place(node, new, where)})
 
 
@@ -408,10 +425,10 @@ def _rebuild(original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseSt
         edit = edits.get(id(orig))
         emitted = [upd] if edit is None else edit(upd)  # type: ignore[operator]
         if not emitted:
-            carried.extend(upd.leading_lines)
+            carried.extend(_lines(upd))
             continue
         if carried:
-            emitted[0] = emitted[0].with_changes(leading_lines=[*carried, *emitted[0].leading_lines])
+            emitted[0] = emitted[0].with_changes(leading_lines=[*carried, *_lines(emitted[0])])
             carried = []
         out.extend(emitted)
     if carried or (original and not out):

@@ -37,7 +37,7 @@ class StopWhenRed:
             violated = getattr(call.excinfo.value, "prediction_id", None) if call.excinfo else None
             # Same rule as falsify.results: a ContractViolation reddens its own prediction, anything else all of
             # the test's predictions.
-            self.red |= {violated} if violated in ids else ids
+            self.red |= {violated} if isinstance(violated, str) and violated in ids else ids
             if self.wanted <= self.red:
                 item.session.shouldfail = "falsify: every prediction this mutant must kill is red"
         return report
