@@ -23,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from collections import Counter
@@ -331,7 +332,14 @@ def run_mutmut(project: Project, config: MutmutConfig, *, since: str | None, job
         prepare(tree, project, config, run.files)
         progress(f"mutmut: mutating {', '.join(run.files)} in {tree}, tests {', '.join(config.tests)}")
         args = ["run", "--max-children", str(jobs), *run.patterns]
-        finished = scratch.run(mutmut_command(*args), cwd=tree, env=_env(), timeout=config.timeout)
+        done = threading.Event()
+        watcher = threading.Thread(target=_report_progress, args=(tree, run, done, progress), daemon=True)
+        watcher.start()
+        try:
+            finished = scratch.run(mutmut_command(*args), cwd=tree, env=_env(), timeout=config.timeout)
+        finally:
+            done.set()
+            watcher.join()
         log = finished.output
         if finished.returncode is None:
             raise MutmutError(f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] "
@@ -344,6 +352,22 @@ def run_mutmut(project: Project, config: MutmutConfig, *, since: str | None, job
         run.mutants = locate(tree, mutants, scratch, timeout=600)
     run.seconds = time.perf_counter() - start
     return run
+
+
+def _report_progress(tree: Path, run: MutmutRun, done: threading.Event, progress: Any,
+                     every: float = 30.0) -> None:
+    """A line every `every` seconds while mutmut runs, from its .meta files: mutmut's own spinner is not a log."""
+    start = time.perf_counter()
+    while not done.wait(every):
+        try:
+            mutants = read_results(tree, run.files, run.patterns)
+        except (OSError, ValueError):  # a .meta file being rewritten
+            continue
+        counts = Counter(m.status for m in mutants)
+        checked = len(mutants) - counts["not checked"]
+        phase = f"{checked}/{len(mutants)} mutants checked" if mutants else "generating mutants, running clean tests"
+        detail = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "not checked")
+        progress(f"mutmut: {time.perf_counter() - start:.0f} s: {phase}" + (f" ({detail})" if detail else ""))
 
 
 def _clean_tail(log: str, n: int = 20) -> str:
