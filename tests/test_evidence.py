@@ -107,12 +107,17 @@ FILES = {
                 return Path(__file__).resolve().parents[2] / "cache" / "tiny-0"
         """,
     "tests/test_add.py": """
+        import os
+        from pathlib import Path
+
         import falsify
         import pytest
 
 
         @pytest.mark.falsifies("FALSIFY-TINY-ADD-001", "FALSIFY-TINY-ADD-002")
         def test_add(engine):
+            if os.environ.get("TINY_EDIT_DURING_RUN"):  # a tree edited while the gate runs
+                Path("tinyengine/late.py").write_text("LATE = 1\\n")
             for a, b in [(1, 2), (5, 7), (0, 9)]:
                 total, extra_ops = engine.add(a, b)
                 falsify.check("FALSIFY-TINY-ADD-001", total=total, a=a, b=b)
@@ -592,3 +597,18 @@ def test_killed_predictions_come_from_the_runners_status_reason(
     )
     mutant["status"] = "Survived"
     assert outcomes(report, corpus, results, root)[0].killed == ()
+
+
+def test_a_tree_edited_during_the_run_gets_no_bundle(copy: Path) -> None:
+    root = copy / "proj"
+    proc = falsify_cli(
+        root,
+        *("evidence", "--out", "late", "--engine", ENGINE, "--sources", "tinyengine/**/*.py", "--no-mutants"),
+        env={"TINY_EDIT_DURING_RUN": "1"},
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert (
+        "the tree changed while the gate and mutants ran: tinyengine/late.py; no bundle written"
+        in proc.stderr
+    )
+    assert not (root / "late").exists()

@@ -90,28 +90,35 @@ def generated_at() -> str:
 def run_evidence(args: argparse.Namespace) -> int:
     project = find_project()
     root = project.root
+    here = Path.cwd()  # paths on the command line are relative to where it was typed
+    out, from_dir, mutants_report = (
+        None if p is None else p if p.is_absolute() else here / p
+        for p in (args.out, args.from_dir, args.mutants_report)
+    )
+    assert out is not None
     os.chdir(root)  # contract file names and the mutant file check are relative to the project root
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     sources = tuple(args.sources) if args.sources else DEFAULT_SOURCES
     inputs = Inputs.of(project, args.engine, sources)
     before = tree_digests(root, inputs)
-    if args.from_dir:
-        results, junit = read_gate_dir(args.from_dir)
-        gate_note = f"gate results read from {args.from_dir}"
+    if from_dir:
+        results, junit = read_gate_dir(from_dir)
+        gate_note = f"gate results read from {from_dir}"
     else:
-        results, junit, code = run_gate(project, args.engine, extra)
+        results, junit, code = run_gate(project, args.engine, extra, root / ".falsify" / "evidence-gate")
         gate_note = f"gate exited {code}"
     report, reason = None, ""
-    if args.mutants_report:
-        report = load_report(args.mutants_report)
-    elif args.from_dir and find_mutation_report(args.from_dir):
-        report = load_report(find_mutation_report(args.from_dir))  # type: ignore[arg-type]
+    found = find_mutation_report(from_dir) if from_dir else None
+    if mutants_report:
+        report = load_report(mutants_report)
+    elif found:
+        report = load_report(found)
     elif args.no_mutants:
         reason = "skipped with --no-mutants"
-    elif args.from_dir:
-        reason = f"no {MUTATION_REPORT} in {args.from_dir} and no --mutants-report given"
+    elif from_dir:
+        reason = f"no {MUTATION_REPORT} in {from_dir} and no --mutants-report given"
     else:
-        report, reason = run_mutants(project, args.engine)
+        report, reason = run_mutants(project, args.engine, root / ".falsify" / "evidence-mutants")
     corpus = load_corpus([project.contracts] + ([project.mutants] if project.mutants.is_dir() else []))
     if corpus.problems:
         raise EvidenceError(
@@ -126,7 +133,6 @@ def run_evidence(args: argparse.Namespace) -> int:
             f"the tree changed while the gate and mutants ran: {', '.join(names)}; no bundle "
             "written (run again on a quiet tree)"
         )
-    out = args.out if args.out.is_absolute() else Path.cwd() / args.out
     out.mkdir(parents=True, exist_ok=True)
     for stale in (MUTATION_REPORT,):
         if stale not in files and (out / stale).exists():

@@ -6,7 +6,6 @@ import importlib.util
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +30,19 @@ def read_gate_dir(directory: Path) -> tuple[dict[str, Any], bytes]:
     return load_results(directory / RESULTS), (directory / JUNIT).read_bytes()
 
 
-def run_gate(project: Project, engine: str, pytest_args: list[str]) -> tuple[dict[str, Any], bytes, int]:
+def run_gate(
+    project: Project, engine: str, pytest_args: list[str], out: Path
+) -> tuple[dict[str, Any], bytes, int]:
+    """Run `falsify gate` into `out` (kept: the raw results, with durations, for whoever wants to look)."""
     from falsify.gate import gate
 
     for key, value in DETERMINISTIC_ENV.items():
         os.environ.setdefault(key, value)
-    with tempfile.TemporaryDirectory(prefix="falsify-evidence-gate-") as tmp:
-        code = gate(project, engine=engine, out=Path(tmp), pytest_args=pytest_args)
-        if not (Path(tmp) / RESULTS).is_file():
-            raise EvidenceError(
-                "the gate wrote no results (see its output above): no evidence bundle written"
-            )
-        results, junit = read_gate_dir(Path(tmp))
+    (out / RESULTS).unlink(missing_ok=True)
+    code = gate(project, engine=engine, out=out, pytest_args=pytest_args)
+    if not (out / RESULTS).is_file():
+        raise EvidenceError("the gate wrote no results (see its output above): no evidence bundle written")
+    results, junit = read_gate_dir(out)
     return results, junit, code
 
 
@@ -57,16 +57,16 @@ def runner_available() -> bool:
     return importlib.util.find_spec("falsify.mutants") is not None
 
 
-def run_mutants(project: Project, engine: str) -> tuple[dict[str, Any] | None, str]:
-    """Run `falsify mutants` into a scratch dir and read its Stryker report; (None, why) when it cannot run."""
+def run_mutants(project: Project, engine: str, out: Path) -> tuple[dict[str, Any] | None, str]:
+    """Run `falsify mutants --out OUT` and read its Stryker report; (None, why) when it cannot run."""
     if not runner_available():
         return None, "the mutant runner (falsify mutants) is not installed"
     env = {**os.environ, **{k: os.environ.get(k, v) for k, v in DETERMINISTIC_ENV.items()}}
-    with tempfile.TemporaryDirectory(prefix="falsify-evidence-mutants-") as tmp:
-        cmd = [sys.executable, "-m", "falsify.cli", "mutants", "--engine", engine, "--out", tmp]
-        print(f"evidence: running the mutants: {' '.join(cmd[1:])}", flush=True)
-        proc = subprocess.run(cmd, cwd=project.root, env=env, check=False)
-        report = find_mutation_report(Path(tmp))
-        if report is None:
-            return None, f"`falsify mutants` exited {proc.returncode} without writing {MUTATION_REPORT}"
-        return load_report(report), ""
+    (out / MUTATION_REPORT).unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "falsify.cli", "mutants", "--engine", engine, "--out", str(out)]
+    print(f"evidence: running the mutants: falsify mutants --engine {engine} --out {out}", flush=True)
+    proc = subprocess.run(cmd, cwd=project.root, env=env, check=False)
+    report = find_mutation_report(out)
+    if report is None:
+        return None, f"`falsify mutants` exited {proc.returncode} without writing {MUTATION_REPORT}"
+    return load_report(report), ""
