@@ -91,8 +91,9 @@ def test_chunked_state_at_odd_cuts(engine, cut: int) -> None:
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-003")
-@pytest.mark.parametrize("length", ODD_LENGTHS)
-def test_causality(model, length: int) -> None:
+@pytest.mark.parametrize(("weights", "length"), [*(("f32", n) for n in ODD_LENGTHS), ("q4_k", 75)])
+def test_causality(engine, weights: str, length: int) -> None:
+    model = engine.load_model(weights=weights)
     tokens = prompt(length)
     reference = model.forward(tokens, model.new_state())
     chunk = model.config.chunk_size
@@ -114,8 +115,9 @@ def test_decay_in_unit_interval(model, length: int) -> None:
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-005")
-@pytest.mark.parametrize("length", ODD_LENGTHS)
-def test_prefill_equals_decode(model, length: int) -> None:
+@pytest.mark.parametrize(("weights", "length"), [*(("f32", n) for n in ODD_LENGTHS), ("q4_k", 75)])
+def test_prefill_equals_decode(engine, weights: str, length: int) -> None:
+    model = engine.load_model(weights=weights)
     tokens = prompt(length, seed=5)
     whole = model.new_state()
     logits = model.forward(tokens, whole)
