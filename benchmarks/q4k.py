@@ -89,7 +89,8 @@ def main() -> int:
         quant["c_ref"] = lambda: cases.c_quantize(lib, W.reshape(-1, 256))
     t_quant = medians(quant, args.quant_repeats)
 
-    q_cold = np.concatenate([q, q])[: args.rows]  # a view of a writeable array: never cached, unpacked per call
+    # Writeable memory numpy does not own: never cached, so unpacked tile by tile on every call.
+    q_cold = np.frombuffer(bytearray(q.tobytes()), np.uint8).reshape(q.shape)
     mv: dict[str, Callable[[], object]] = {
         "ours": lambda: Q4_K.matvec(q, x),
         "ours_uncached": lambda: Q4_K.matvec(q_cold, x),
@@ -99,6 +100,7 @@ def main() -> int:
         "ours": lambda: Q4_K.matmul(q, X),
         "ours_uncached": lambda: Q4_K.matmul(q_cold, X),
         "dense_f32": lambda: X @ Wd.T,
+        "dense_f32_w_xT": lambda: (Wd @ X.T).T,  # the orientation ours uses; OpenBLAS threads it differently
     }
     if gguf is not None:
         def gguf_deq() -> np.ndarray:
@@ -112,7 +114,7 @@ def main() -> int:
     ratios: dict[str, float] = {
         "matvec_over_dense_f32": t_mv["ours"] / t_mv["dense_f32"],
         "matvec_uncached_over_dense_f32": t_mv["ours_uncached"] / t_mv["dense_f32"],
-        "matmul_over_dense_f32": t_mm["ours"] / t_mm["dense_f32"],
+        "matmul_over_dense_f32": t_mm["ours"] / min(t_mm["dense_f32"], t_mm["dense_f32_w_xT"]),
     }
     targets: dict[str, dict[str, Any]] = {
         "matvec <= 5x dense float32": {"value": ratios["matvec_over_dense_f32"], "met": None},

@@ -60,13 +60,22 @@ def test_matmul_row_tiles(monkeypatch: pytest.MonkeyPatch, tile_rows: int, cache
     rng = np.random.default_rng(3)
     q = Q4_K.quantize(rng.standard_normal((10, 512)).astype(np.float32))
     if not cached:
-        q = np.concatenate([q, q])[:10]  # a view of a writeable base: never cached
+        q = np.frombuffer(bytearray(q.tobytes()), np.uint8).reshape(q.shape)  # writeable, not numpy's: no cache
     x = rng.standard_normal((n, 512)).astype(np.float32)
     monkeypatch.setattr(q4k, "MATMUL_TILE_VALUES", tile_rows * 512)
+    monkeypatch.setattr(q4k, "MATMUL_GEMM_TILE_VALUES", tile_rows * 512)
     y = Q4_K.matmul(q, x)
     assert (q4k._unpacked(q) is not None) == cached
     ref = x.astype(np.float64) @ Q4_K.dequantize(q).astype(np.float64).T
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_cache_freezes_views_and_their_owner() -> None:
+    owner = Q4_K.quantize(np.random.default_rng(5).standard_normal((6, 256)).astype(np.float32))
+    rows = owner[2:5]
+    Q4_K.matvec(rows, np.ones(256, np.float32))
+    assert q4k._unpacked(rows) is not None
+    assert not rows.flags.writeable and not owner.flags.writeable
 
 
 def test_matmul_cache_freezes_and_forgets_its_array() -> None:
