@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +88,7 @@ class Settings:
     jobs: int = 0  # 0: one per available core
     scope: str = "kills"
     full: bool = False  # run every selected falsifier, even once all of `kills` is red
+    forkserver: bool = True  # fork each pytest run from a process that imported pytest/hypothesis/numpy once
     timeout: float | None = None  # per mutant; None: 60 s or 5x the control run, whichever is longer
     control_timeout: float = 1800.0
 
@@ -132,6 +132,7 @@ class Runner:
         self._progress = progress
         self._print_lock = threading.Lock()
         self.modules = sorted({module_name(m.file) for m in corpus.mutants})
+        self.control: Control | None = None
 
     def say(self, line: str) -> None:
         with self._print_lock:
@@ -142,7 +143,7 @@ class Runner:
                stop_when_red: tuple[str, ...] = ()) -> tuple[Finished, dict[str, Any] | None, dict[str, Any]]:
         rel = lambda p: p.relative_to(self.project.root)  # noqa: E731
         results, probe_out = tree / ".falsify-results.json", tree / ".falsify-probe.json"
-        cmd = [sys.executable, "-m", "pytest", *targets, "--falsify-only",
+        argv = [*targets, "--falsify-only",
                "--falsify-contracts", str(tree / rel(self.project.contracts)), "--falsify-results", str(results),
                "--engine", self.settings.engine, "-p", "no:cacheprovider", "-p", "falsify.mutants.probe", "-q",
                "--tb=line", "-o", "addopts="]
@@ -154,7 +155,7 @@ class Runner:
         env[probe.MODULES_ENV] = ",".join(self.modules)
         env[probe.OUT_ENV] = str(probe_out)
         env[probe.STOP_ENV] = ",".join(stop_when_red)
-        finished = scratch.run(cmd, cwd=tree, env=env, timeout=timeout)
+        finished = scratch.run_pytest(argv, cwd=tree, env=env, timeout=timeout)
         data = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else None
         probed = json.loads(probe_out.read_text(encoding="utf-8")) if probe_out.is_file() else {}
         return finished, data, probed
@@ -304,6 +305,8 @@ class Runner:
         start = time.perf_counter()
         with Scratch(self.project.root) as scratch:
             try:
+                if self.settings.forkserver and not any(m.file.startswith("falsify/") for m in mutants):
+                    scratch.start_forkserver()
                 self.say("mutants: control — the mutants' falsifiers on an unmutated copy (HYPOTHESIS_PROFILE=mutation)")
                 self.control = run.control = self.run_control(scratch, mutants)
                 if not self.control.ok:

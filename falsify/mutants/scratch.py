@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +44,9 @@ class Scratch:
         self.source = source.resolve()
         self.base = Path(tempfile.mkdtemp(prefix=prefix))
         self._procs: set[subprocess.Popen[str]] = set()
+        self._pids: set[int] = set()  # children of the fork server
+        self._server: subprocess.Popen[str] | None = None
+        self._runs = 0
         self._lock = threading.Lock()
         self._stopping = False
 
@@ -94,19 +99,98 @@ class Scratch:
             raise Interrupted(" ".join(cmd[:3]))
         return Finished(code, output or "", time.perf_counter() - start)
 
+    # -- pytest through the fork server ---------------------------------------------------------------------
+    def start_forkserver(self) -> bool:
+        """Start falsify/mutants/forkserver.py; False (and plain subprocesses from then on) if it cannot."""
+        server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("forkserver.py"))], cwd=self.base,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True, start_new_session=True)
+        assert server.stdout is not None
+        ready = server.stdout.readline()
+        if '"ready"' not in ready:
+            _kill_group(server)
+            server.wait()
+            return False
+        self._server = server
+        return True
+
+    def run_pytest(self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None) -> Finished:
+        """`python -m pytest argv` in `cwd`: forked from the server when one runs, else a new interpreter."""
+        if self._server is None:
+            return self.run([sys.executable, "-m", "pytest", *argv], cwd=cwd, env=env, timeout=timeout)
+        start = time.perf_counter()
+        with self._lock:
+            if self._stopping:
+                raise Interrupted("pytest")
+            self._runs += 1
+            out = self.base / f"pytest-{self._runs}.out"
+            assert self._server.stdin is not None and self._server.stdout is not None
+            self._server.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "out": str(out)}) + "\n")
+            self._server.stdin.flush()
+            pid = int(json.loads(self._server.stdout.readline())["pid"])
+            self._pids.add(pid)
+        rc = Path(f"{out}.rc")
+        code: int | None = None
+        try:
+            while True:
+                if rc.is_file() and rc.read_text(encoding="utf-8"):
+                    code = int(rc.read_text(encoding="utf-8"))
+                    break
+                if not _alive(pid):
+                    time.sleep(0.1)  # it may have written its code on the way out
+                    code = int(rc.read_text(encoding="utf-8")) if rc.is_file() else -signal.SIGKILL
+                    break
+                if self._stopping:
+                    raise Interrupted("pytest")
+                if timeout is not None and time.perf_counter() - start > timeout:
+                    _kill_pid_group(pid)
+                    code = None
+                    break
+                time.sleep(0.05)
+        finally:
+            with self._lock:
+                self._pids.discard(pid)
+        output = out.read_text(encoding="utf-8", errors="replace") if out.is_file() else ""
+        out.unlink(missing_ok=True)
+        rc.unlink(missing_ok=True)
+        return Finished(code, output, time.perf_counter() - start)
+
     def stop(self) -> None:
         """Refuse new work and kill every running child's process group."""
         with self._lock:
             self._stopping = True
             procs = list(self._procs)
+            pids = list(self._pids)
         for proc in procs:
             _kill_group(proc)
+        for pid in pids:
+            _kill_pid_group(pid)
 
     def close(self) -> None:
         self.stop()
+        if self._server is not None:
+            _kill_group(self._server)
+            self._server.wait()
+            for stream in (self._server.stdin, self._server.stdout):
+                if stream is not None:
+                    stream.close()
         shutil.rmtree(self.base, ignore_errors=True)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
+    _kill_pid_group(proc.pid)
+
+
+def _kill_pid_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
