@@ -32,6 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-j", "--jobs", type=int, default=0, help="mutants run at once (default: one per core)")
     p.add_argument("--timeout", type=float, help="seconds per mutant (default: 60, or 5x the control run)")
     p.add_argument("--diff", action="store_true", help="print each mutant's diff")
+    p.add_argument("--no-forkserver", dest="forkserver", action="store_false",
+                   help="start a new interpreter per pytest run instead of forking from a warm one")
     p.add_argument("--strict", action="store_true",
                    help="also fail when a mutant is killed but not by every prediction its file lists")
     p.add_argument("--out", type=Path, default=Path(".falsify/mutants"),
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if not mutants:
         print(f"mutants: no mutant found in {project.mutants} (an empty set is never a pass)")
         return EXIT_EMPTY
-    settings = Settings(engine=args.engine, jobs=args.jobs, scope=args.scope, full=args.full, timeout=args.timeout)
+    settings = Settings(engine=args.engine, jobs=args.jobs, scope=args.scope, full=args.full, timeout=args.timeout,
+                        forkserver=args.forkserver)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         result = Runner(project, corpus, settings, progress=lambda line: print(line, flush=True)).run(mutants)
