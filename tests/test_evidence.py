@@ -258,10 +258,14 @@ def test_bundle_has_every_file_and_three_in_toto_statements(built: Path) -> None
         assert s["_type"] == "https://in-toto.io/Statement/v1"
         for subject in s["subject"]:
             assert len(subject["digest"]["sha256"]) == 64
-    # No absolute path anywhere in the bundle: not the project's, not the weights cache's.
+    assert_no_absolute_path(bundle, built)
+
+
+def assert_no_absolute_path(bundle: Path, base: Path) -> None:
+    """Not the project's path, not the weights cache's, nor any other tmp path, in any file of the bundle."""
     for path in bundle.iterdir():
         text = path.read_text(encoding="utf-8")
-        assert str(built) not in text, path.name
+        assert str(base) not in text and "/tmp/" not in text, path.name
 
 
 def test_shape_check_rejects_what_is_not_a_statement() -> None:
@@ -438,6 +442,7 @@ def test_mutants_not_run_is_said_and_is_no_go(copy: Path, verify: Verify) -> Non
         {"id": "add-off-by-one", "status": "NOT RUN", "diffDigest": None}
     ]
     assert "NOT RUN" in (root / "nomut" / REPORT_MD).read_text(encoding="utf-8")
+    assert_no_absolute_path(root / "nomut", copy)
     assert MUTATION_REPORT not in {p.name for p in (root / "nomut").iterdir()}
     assert verify(root, "nomut")[0] == 0
     assert verify(root, "nomut", "--require-go")[0] == 1

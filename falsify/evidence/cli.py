@@ -15,6 +15,7 @@ from pathlib import Path
 from falsify.corpus import load_corpus
 from falsify.evidence import MUTATION_REPORT, REPORT_HTML, REPORT_MD, STATEMENTS
 from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
+from falsify.evidence.digests import scrub
 from falsify.evidence.mutation import load_report
 from falsify.evidence.statements import RunResults, build, environment, normalise_junit, normalise_results
 from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, tree_digests
@@ -116,7 +117,7 @@ def run_evidence(args: argparse.Namespace) -> int:
     elif args.no_mutants:
         reason = "skipped with --no-mutants"
     elif from_dir:
-        reason = f"no {MUTATION_REPORT} in {from_dir} and no --mutants-report given"
+        reason = f"no {MUTATION_REPORT} in the --from directory and no --mutants-report given"
     else:
         report, reason = run_mutants(project, args.engine, root / ".falsify" / "evidence-mutants")
     corpus = load_corpus([project.contracts] + ([project.mutants] if project.mutants.is_dir() else []))
@@ -124,7 +125,12 @@ def run_evidence(args: argparse.Namespace) -> int:
         raise EvidenceError(
             "contracts do not lint; run `falsify lint` first:\n" + "\n".join(str(p) for p in corpus.problems)
         )
-    run = RunResults(normalise_results(results, root), normalise_junit(junit, root), report, reason)
+    run = RunResults(
+        normalise_results(results, root, inputs.contracts),
+        normalise_junit(junit, root),
+        report,
+        scrub(reason, root),
+    )
     files = build(root, inputs, corpus, run, environment(), generated_at())
     changed = sorted(set(before.items()) ^ set(tree_digests(root, inputs).items()))
     if changed:  # the results would be claimed for a tree they were not obtained on

@@ -156,8 +156,8 @@ padding-bottom:.25rem}
 .verdict .summary{font-size:1rem;color:#1d232a;margin-top:.3rem}
 .verdict ul{margin:.5rem 0 0;color:#1d232a}
 table{border-collapse:collapse;width:100%;font-size:.9rem}th,td{border:1px solid #d8dee4;padding:.35rem .5rem;
-text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f3f5f7}
-td.id{white-space:nowrap;overflow-wrap:normal}td.detail{min-width:18rem}
+text-align:left;vertical-align:top;overflow-wrap:break-word}th{background:#f3f5f7;white-space:nowrap}
+td.id{white-space:nowrap}td.detail{min-width:18rem;overflow-wrap:anywhere}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.85em}
 .PASS,.Killed{color:#1a7f37;font-weight:700}.FAIL,.ERROR,.Survived,.VIOLATED{color:#cf222e;font-weight:700}
 .NOTRUN,.NOTAPPLICABLE,.notrun,.Ignored,.Timeout,.RuntimeError,.NoCoverage{color:#9a6700;font-weight:700}

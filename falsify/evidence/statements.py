@@ -71,12 +71,14 @@ class RunResults:
     mutants_reason: str  # why there is no mutation report ("" when there is one)
 
 
-def normalise_results(results: dict[str, Any], root: Path) -> dict[str, Any]:
+def normalise_results(results: dict[str, Any], root: Path, contracts: str) -> dict[str, Any]:
+    """Durations dropped; the contracts directory (absolute where the gate ran, maybe elsewhere) made `contracts`,
+    relative to the root; the root's absolute path scrubbed from every message."""
     out = scrub(results, root)
     for record in out.get("tests", {}).values():
         record.pop("duration", None)
     if "contracts" in out:
-        out["contracts"] = Path(out["contracts"]).as_posix()
+        out["contracts"] = contracts
     result: dict[str, Any] = plain_json(out)
     return result
 
