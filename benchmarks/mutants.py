@@ -38,6 +38,7 @@ def main() -> int:
     per: dict[str, dict[str, list[float]]] = {m.id: {"wall": [], "cpu": []} for m in mutants}
     outcomes: dict[str, str] = {}
     with Scratch(project.root) as scratch:
+        forkserver = scratch.start_forkserver()  # as `falsify mutants` runs them
         control = runner.control = runner.run_control(scratch, mutants)
         if not control.ok:
             print(control.detail, file=sys.stderr)
@@ -58,6 +59,7 @@ def main() -> int:
         "mutants": len(mutants),
         "repeats": args.repeats,
         "control_seconds": control.seconds,
+        "forkserver": forkserver,
         "per_mutant": {mid: {**medians[mid], "outcome": outcomes[mid], "wall_runs": per[mid]["wall"],
                              "cpu_runs": per[mid]["cpu"]} for mid in per},
         "median_seconds": statistics.median(walls),

@@ -145,24 +145,50 @@ def _processes_under(directory: Path) -> list[int]:
     return found
 
 
+SLOW_FALSIFIER = """
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import falsify
+
+
+@pytest.mark.falsifies("FALSIFY-TOY-003")
+def test_slow_limit() -> None:
+    Path(os.environ["TOY_SLOW_STARTED"]).touch()
+    time.sleep(120)
+    falsify.check("FALSIFY-TOY-003", emitted=0, max_tokens=0)
+"""
+
+
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to look for leftover processes")
-def test_sigint_mid_run_leaves_the_tree_untouched_and_nothing_running(toy: Path) -> None:
+@pytest.mark.parametrize("phase", ["control", "mutants"])
+def test_sigint_mid_run_leaves_the_tree_untouched_and_nothing_running(toy: Path, phase: str) -> None:
     add_mutant(toy, "never-ends", "FALSIFY-TOY-003",
                'op: replace\nstatement: "if emitted >= max_tokens:"\nreplacement: "if False:"\n')
+    if phase == "control":  # a falsifier that keeps the control busy
+        (toy / "tests" / "check_slow.py").write_text(SLOW_FALSIFIER, encoding="utf-8")
     commit(toy)
     before = snapshot(toy)
+    started = toy.parent / "slow-started"
     proc = subprocess.Popen([sys.executable, "-m", "falsify.cli", "mutants", *ENGINE, "never-ends", "poll-deleted",
-                             "--timeout", "300"], cwd=toy, env=env_for(toy), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                             "--timeout", "300"], cwd=toy, env={**env_for(toy), "TOY_SLOW_STARTED": str(started)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     lines = []
+    wanted = "mutants: control —" if phase == "control" else "control green"
     deadline = time.monotonic() + 300
     for line in proc.stdout:
         lines.append(line)
-        if "control green" in line or time.monotonic() > deadline:
+        if wanted in line or time.monotonic() > deadline:
             break
-    assert any("control green" in line for line in lines), "".join(lines)
-    time.sleep(3)  # the mutants' pytest runs are under way (never-ends spins until killed)
+    assert any(wanted in line for line in lines), "".join(lines)
+    # Under way: the control sleeping in its slow falsifier, or never-ends spinning until killed.
+    while phase == "control" and not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, "".join(lines) + rest

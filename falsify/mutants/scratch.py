@@ -92,6 +92,10 @@ class Scratch:
             _kill_group(proc)
             output, _ = proc.communicate()
             code = None
+        except BaseException:  # SIGINT while waiting: the child goes with us
+            _kill_group(proc)
+            proc.wait()
+            raise
         finally:
             with self._lock:
                 self._procs.discard(proc)
@@ -147,6 +151,9 @@ class Scratch:
                     code = None
                     break
                 time.sleep(0.05)
+        except BaseException:  # SIGINT while waiting: the child goes with us
+            _kill_pid_group(pid)
+            raise
         finally:
             with self._lock:
                 self._pids.discard(pid)
