@@ -2,7 +2,8 @@
 
 Subjects: the engine's sources (glob patterns, default reference/**/*.py) and the weights the engine uses (the
 tiny model's config.json + model.safetensors, located through the engine object, wherever its cache is).
-Configuration: every contract and mutant file, the falsifier tests, tox.ini and pyproject.toml.
+Configuration: every contract and mutant file, every file under the tests directory (falsifiers and their data,
+not what runs leave there), tox.ini and pyproject.toml.
 Every name is a path relative to the project root (posix), never absolute.
 """
 
@@ -21,6 +22,8 @@ from falsify.project import Project
 
 DEFAULT_SOURCES = ("reference/**/*.py",)
 WEIGHT_FILES = ("config.json", "model.safetensors")
+# Directories test runs write into; their files are outputs, not configuration.
+GENERATED = frozenset({"__pycache__", ".falsify", ".hypothesis", ".pytest_cache", ".benchmarks"})
 
 
 class EvidenceError(FalsifyError):
@@ -100,11 +103,11 @@ def configuration_files(root: Path, inputs: Inputs) -> list[tuple[str, str]]:
                 if p.suffix in YAML_SUFFIXES and p.is_file() and "schema" not in p.relative_to(base).parts
             ]
     tests = root / inputs.tests
-    if tests.is_dir():
+    if tests.is_dir():  # the falsifiers and the data they compare against (golden bytes), not what runs leave
         out += [
-            (p.relative_to(root).as_posix(), "falsifier-tests")
-            for p in tests.rglob("*.py")
-            if "__pycache__" not in p.parts
+            (p.relative_to(root).as_posix(), "falsifier-tests" if p.suffix == ".py" else "test-data")
+            for p in tests.rglob("*")
+            if p.is_file() and not GENERATED.intersection(p.relative_to(tests).parts)
         ]
     out += [(name, "project") for name in ("tox.ini", "pyproject.toml") if (root / name).is_file()]
     return sorted(set(out))
