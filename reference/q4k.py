@@ -5,7 +5,7 @@ fp16 and sc, m 6-bit. Layout (struct block_q4_K in ggml-common.h), 2 + 2 + 12 + 
 
     bytes 0..1     d       fp16 super-block scale of the sub-block scales
     bytes 2..3     dmin    fp16 super-block scale of the sub-block mins
-    bytes 4..15    scales  8 six-bit scales sc[0..7] and 8 six-bit mins m[0..7], packed as drawn in _SCALES
+    bytes 4..15    scales  8 six-bit scales sc[0..7] and 8 six-bit mins m[0..7], packed as drawn above unpack_scales
     bytes 16..143  qs      256 four-bit quants: byte 32*c + l holds value 64*c + l in its low nibble and
                            value 64*c + 32 + l in its high nibble (c = 0..3, l = 0..31)
 
