@@ -389,25 +389,36 @@ def test_an_edited_statement_fails_verify(copy: Path, verify: Verify) -> None:
     assert "predictions[0].checks: recorded 4, re-derived 3" in out, out
 
 
-def test_same_tree_gives_same_bytes(copy: Path) -> None:
-    """A second run, this time running the gate itself, writes byte-identical statements (with SOURCE_DATE_EPOCH
-    pinning the one time field, identical files)."""
+def test_evidence_runs_the_gate_and_the_real_mutant_runner(built: Path, copy: Path, verify: Verify) -> None:
+    """No --from, no report: `falsify evidence` runs the gate and `falsify mutants` itself. The gate's statement
+    comes out byte for byte as the one from the separate gate run; the bundle rebuilt from the raw outputs it kept
+    is byte for byte the same bundle."""
+    pytest.importorskip("libcst", reason="the mutant runner needs libcst (extra `mutants`)")
     root = copy / "proj"
+    sources = ("--engine", ENGINE, "--sources", "tinyengine/**/*.py")
+    proc = falsify_cli(root, "evidence", "--out", "full", *sources)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ev = statements(root / "full")[1]["predicate"]
+    assert ev["verdict"]["decision"] == "GO", ev["verdict"]
+    [mutant] = ev["mutants"]["results"]
+    assert (mutant["id"], mutant["status"], mutant["killedPredictions"]) == (
+        "add-off-by-one",
+        "Killed",
+        ["FALSIFY-TINY-ADD-001"],
+    )
+    report = json.loads((root / "full" / MUTATION_REPORT).read_text(encoding="utf-8"))
+    assert "performance" not in report and '"duration"' not in json.dumps(report)
+    first = (root / "full" / STATEMENTS).read_bytes().splitlines()[0]
+    assert first == (built / "proj" / "evidence" / STATEMENTS).read_bytes().splitlines()[0]
     proc = falsify_cli(
         root,
-        "evidence",
-        "--out",
-        "again",
-        "--engine",
-        ENGINE,
-        "--sources",
-        "tinyengine/**/*.py",
-        "--mutants-report",
-        str(copy / "stryker.json"),
+        *("evidence", "--out", "again", *sources, "--from", ".falsify/evidence-gate"),
+        *("--mutants-report", ".falsify/evidence-mutants/mutation-report.json"),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in (STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML):
-        assert (root / "again" / name).read_bytes() == (root / "evidence" / name).read_bytes(), name
+        assert (root / "again" / name).read_bytes() == (root / "full" / name).read_bytes(), name
+    assert verify(root, "full", "--require-go")[0] == 0
 
 
 def test_mutants_not_run_is_said_and_is_no_go(copy: Path, verify: Verify) -> None:
