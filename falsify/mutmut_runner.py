@@ -11,6 +11,7 @@ Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
     paths = ["reference/session.py", ...]   # files mutated (bounded so the run fits CI)
     tests = ["tests/test_session_unit.py", ...]   # the tests mutmut runs: fast ones that exercise reference/
     timeout = 1500            # seconds for the whole mutmut run
+    pytest_args = ["-k", "not slow"]   # added to each pytest run mutmut makes
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ from falsify.table import table
 HELP = "run mutmut over reference/ in a scratch copy; fail above the survivor budget"
 
 # The serving path: what the contracts are about, and what fits the CI budget (README, Mutants, measured).
-DEFAULT_PATHS = ("reference/cancel.py", "reference/sampling.py", "reference/session.py", "reference/prefill.py",
-                 "reference/lanes.py")
+# reference/lanes.py is left to the semantic mutants: its unit test is a stateful machine whose run alone would
+# take most of the budget per mutant.
+DEFAULT_PATHS = ("reference/cancel.py", "reference/sampling.py", "reference/session.py", "reference/prefill.py")
 # Fast unit tests of those modules; the hypothesis-heavy falsifiers are `falsify mutants`' job.
-DEFAULT_TESTS = ("tests/test_cancel_token.py", "tests/test_session_unit.py", "tests/test_prefill_unit.py",
-                 "tests/test_lanes_unit.py")
+DEFAULT_TESTS = ("tests/test_cancel_token.py", "tests/test_session_unit.py", "tests/test_prefill_unit.py")
 DEFAULT_BUDGET = 0
 DEFAULT_TIMEOUT = 1500.0
 
@@ -70,6 +71,7 @@ class MutmutConfig:
     paths: tuple[str, ...] = DEFAULT_PATHS
     tests: tuple[str, ...] = DEFAULT_TESTS
     timeout: float = DEFAULT_TIMEOUT
+    pytest_args: tuple[str, ...] = ()  # added to every pytest run mutmut makes, e.g. ["-k", "not slow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +111,10 @@ def read_config(project: Project) -> MutmutConfig:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MutmutError(f"{path}: {exc}") from None
     where = f"{path}: [tool.falsify.mutmut]"
-    unknown = sorted(set(table_) - {"survivor_budget", "paths", "tests", "timeout"})
+    known = ("survivor_budget", "paths", "tests", "timeout", "pytest_args")
+    unknown = sorted(set(table_) - set(known))
     if unknown:
-        raise MutmutError(f"{where} has unknown key(s) {', '.join(unknown)} (known: survivor_budget, paths, tests, "
-                          "timeout)")
+        raise MutmutError(f"{where} has unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
     budget = table_.get("survivor_budget", DEFAULT_BUDGET)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise MutmutError(f"{where} survivor_budget must be an int >= 0, got {budget!r}")
@@ -125,7 +127,10 @@ def read_config(project: Project) -> MutmutConfig:
     timeout = table_.get("timeout", DEFAULT_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise MutmutError(f"{where} timeout must be a number of seconds > 0, got {timeout!r}")
-    return MutmutConfig(budget, lists["paths"], lists["tests"], float(timeout))
+    args = table_.get("pytest_args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise MutmutError(f"{where} pytest_args must be a list of strings, got {args!r}")
+    return MutmutConfig(budget, lists["paths"], lists["tests"], float(timeout), tuple(args))
 
 
 # -- what to mutate ---------------------------------------------------------------------------------------------
@@ -203,7 +208,8 @@ def prepare(tree: Path, project: Project, config: MutmutConfig, files: list[str]
     sources = sorted({Path(f).parts[0] for f in files})
     lines = ["[mutmut]", "source_paths =", *(f"    {d}" for d in sources), "only_mutate =", *(f"    {f}" for f in files),
              "pytest_add_cli_args_test_selection =", *(f"    {t}" for t in config.tests),
-             "also_copy =", *(f"    {c}" for c in copy_also), "pytest_add_cli_args =", "    -p", "    no:cacheprovider", ""]
+             "also_copy =", *(f"    {c}" for c in copy_also), "pytest_add_cli_args =",
+             *(f"    {a}" for a in ("-p", "no:cacheprovider", *config.pytest_args)), ""]
     setup_cfg = tree / "setup.cfg"
     previous = setup_cfg.read_text(encoding="utf-8") + "\n" if setup_cfg.is_file() else ""
     if "[mutmut]" in previous:
@@ -445,7 +451,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budget is not None:
         if args.budget < 0:
             raise MutmutError(f"--budget must be >= 0, got {args.budget}")
-        config = MutmutConfig(args.budget, config.paths, config.tests, config.timeout)
+        config = MutmutConfig(args.budget, config.paths, config.tests, config.timeout, config.pytest_args)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         result = run_mutmut(project, config, since=args.since, jobs=args.jobs or available_cores(),

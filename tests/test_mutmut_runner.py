@@ -45,6 +45,8 @@ def test_config_values_are_read(tmp_path: Path) -> None:
     config = read_config(project_with(tmp_path, 'survivor_budget = 7\npaths = ["reference/session.py"]\n'
                                                 'tests = ["tests/test_session_unit.py"]\ntimeout = 60\n'))
     assert config == MutmutConfig(7, ("reference/session.py",), ("tests/test_session_unit.py",), 60.0)
+    config = read_config(project_with(tmp_path, 'pytest_args = ["-k", "not slow"]\n'))
+    assert config.pytest_args == ("-k", "not slow")
 
 
 @pytest.mark.parametrize(("table", "message"), [
@@ -53,6 +55,7 @@ def test_config_values_are_read(tmp_path: Path) -> None:
     ("paths = []\n", "paths must be a non-empty list of paths"),
     ("timeout = 0\n", "timeout must be a number of seconds > 0"),
     ("budget = 3\n", "unknown key(s) budget"),
+    ("pytest_args = \"-x\"\n", "pytest_args must be a list of strings"),
 ])
 def test_bad_config_is_a_one_line_error(tmp_path: Path, table: str, message: str) -> None:
     with pytest.raises(MutmutError, match=r"pyproject\.toml: \[tool\.falsify\.mutmut\]") as info:
