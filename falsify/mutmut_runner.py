@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import json
 import re
 import shutil
@@ -429,6 +430,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)")
     p.add_argument("-j", "--jobs", type=int, default=0, help="mutmut workers (default: one per core)")
     p.add_argument("--budget", type=int, help="override [tool.falsify.mutmut] survivor_budget")
+    p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
     p.add_argument("--out", type=Path, default=Path(".falsify/mutmut"),
                    help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutmut)")
 
@@ -451,7 +453,11 @@ def run(args: argparse.Namespace) -> int:
     if args.budget is not None:
         if args.budget < 0:
             raise MutmutError(f"--budget must be >= 0, got {args.budget}")
-        config = MutmutConfig(args.budget, config.paths, config.tests, config.timeout, config.pytest_args)
+        config = dataclasses.replace(config, survivor_budget=args.budget)
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise MutmutError(f"--timeout must be > 0, got {args.timeout}")
+        config = dataclasses.replace(config, timeout=args.timeout)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         result = run_mutmut(project, config, since=args.since, jobs=args.jobs or available_cores(),
