@@ -143,6 +143,7 @@ def main() -> int:
             "gguf": version("gguf"),
             "ggml-python": version("ggml-python"),
             "cpus": os.cpu_count(),
+            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
             "loadavg_1min": os.getloadavg()[0],
         },
     }
