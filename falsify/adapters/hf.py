@@ -1,0 +1,509 @@
+"""HF transformers as an engine under test: Qwen3_5ForCausalLM, CPU, eager attention, float32.
+
+The same tiny checkpoint the reference engine loads (reference.tiny.tiny_model(seed=0): config.json +
+model.safetensors) is loaded with `from_pretrained`; nothing of the reference engine's numerics is used.
+
+generate   `model.generate` itself, greedy or with the caller's sampler (a LogitsProcessor that leaves only the
+           sampled token finite), with the cancel token polled the only way its loop allows: a StoppingCriteria,
+           which the loop calls after each forward and token append. Forwards are counted by a forward pre-hook
+           on the model (tokens fed, cache position before the call), polls by the token itself, emitted
+           tokens by a streamer, so the Run record is measured, not derived from the token count.
+prefill    a stepped pass over the prompt through HF's DynamicCache: one `model(input_ids=chunk, cache=...)`
+           call per chunk, the way generate's `prefill_chunk_size` feeds a long prompt. The state bytes are the
+           cache's conv and recurrent state of each Gated DeltaNet layer and the K/V of each attention layer,
+           serialised deterministically; the digest is their sha256.
+
+It offers `generate` and `prefill`; transformers has no lane host (no page pool shared by streams, no scheduler
+that runs one prefill chunk between other streams' decode steps), no Q4_K kernels, and the adapter does not
+expose its GDN kernel twins, so `lanes`, `quant` and `model` are NOT APPLICABLE with those reasons.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import hashlib
+import os
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+from transformers.generation.streamers import BaseStreamer
+
+# The width torch_chunk_gated_delta_rule (transformers' Qwen3.5 fallback kernel without flash-linear-attention)
+# pads and groups a call's tokens into, aligned to the call's first token: HF's chunk grid.
+HF_GDN_CHUNK = 64
+STATE_MAGIC = b"HFQ3"  # first bytes of HFState.to_bytes(), then a format version
+STATE_VERSION = 1
+
+UNSUPPORTED = {
+    "lanes": "transformers has no lane host: no KV page pool shared by streams and no scheduler that runs one "
+    "prefill chunk between other streams' decode steps",
+    "quant": "transformers has no Q4_K (ggml block) quantize/dequantize/matvec to check",
+    "model": "the HF adapter does not expose Gated DeltaNet kernel twins (gdn_kernels) to compare",
+}
+
+
+class HFEngine:
+    """`falsify gate --engine hf`. One torch thread by default (FALSIFY_TORCH_THREADS to change)."""
+
+    name = "hf"
+    capabilities = frozenset({"generate", "prefill"})
+
+    def __init__(self) -> None:
+        torch.set_num_threads(int(os.environ.get("FALSIFY_TORCH_THREADS", "1")))
+
+    def supports(self, capability: str) -> str | None:
+        if capability in self.capabilities:
+            return None
+        return UNSUPPORTED.get(capability, f"the HF adapter has no {capability!r}")
+
+    def tiny_model_path(self) -> Path:
+        from reference.tiny import tiny_model  # the checkpoint generator only: weights, not numerics
+
+        return tiny_model(seed=0)
+
+    def load_model(self, weights: str = "f32") -> HFModel:
+        if weights != "f32":
+            raise ValueError(
+                f"the HF adapter loads float32 weights only (weights='f32'), got weights={weights!r}"
+            )
+        return _load(self.tiny_model_path())
+
+    def session(self, model: HFModel) -> HFSession:
+        return HFSession(model)
+
+    def cancel_token(self) -> Any:
+        # The token is the falsifiers' instrument (a budget, a flag any thread may set, a poll counter), not
+        # engine numerics: every engine is measured with the same one.
+        from reference.cancel import CancelToken
+
+        return CancelToken
+
+    def prefill(self, model: Any, state: HFState, prompt: Sequence[int], **kw: Any) -> HFPrefill:
+        return HFPrefill.open(model, state, prompt, **kw)
+
+
+@cache
+def _load(path: Path) -> HFModel:
+    hf = transformers.Qwen3_5ForCausalLM.from_pretrained(
+        str(path), dtype=torch.float32, attn_implementation="eager"
+    )
+    return HFModel(hf.eval(), path)
+
+
+@dataclass(frozen=True, slots=True)
+class HFConfig:
+    vocab_size: int
+    max_position_embeddings: int
+    chunk_size: int  # HF_GDN_CHUNK
+
+
+class HFState:
+    """One stream's DynamicCache and the number of tokens it has consumed."""
+
+    def __init__(self, cache: Any, pos: int = 0) -> None:
+        self.cache = cache
+        self.pos = pos
+        self.released = False
+
+    def arrays(self) -> list[np.ndarray]:
+        """What to_bytes() serialises, layer by layer: a GDN layer's conv state [conv_dim, K] and recurrent state
+        [Hv, dk, dv], an attention layer's K and V [n_kv_heads, pos, head_dim]; empty before the first call."""
+        self._check_live()
+        out: list[np.ndarray] = []
+        for layer in self.cache.layers:
+            for name in ("conv_states", "recurrent_states"):
+                states = getattr(layer, name, None)
+                if states is not None:
+                    out.append(_f32(states[0]))
+            keys = getattr(layer, "keys", None)
+            if keys is not None:
+                out += [_f32(keys), _f32(layer.values)]
+        return out
+
+    def to_bytes(self) -> bytes:
+        """Header (magic, version, pos, tensor count), then each tensor as its rank, dims and f32 LE values."""
+        arrays = self.arrays()
+        parts = [struct.pack("<4sIQI", STATE_MAGIC, STATE_VERSION, self.pos, len(arrays))]
+        for a in arrays:
+            parts.append(struct.pack(f"<I{a.ndim}Q", a.ndim, *a.shape))
+            parts.append(np.ascontiguousarray(a, dtype="<f4").tobytes())
+        return b"".join(parts)
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+    def copy(self) -> HFState:
+        self._check_live()
+        return HFState(copy.deepcopy(self.cache), self.pos)
+
+    def release(self) -> None:
+        self.cache = None
+        self.released = True
+
+    def _check_live(self) -> None:
+        if self.released:
+            raise ValueError("HFState: used after release()")
+
+
+def _f32(t: Any) -> np.ndarray:
+    """A cache tensor of batch 1 as float32 numpy, batch axis dropped; None (never written) as an empty array."""
+    if t is None:
+        return np.zeros((0,), np.float32)
+    a = t.detach().to(torch.float32).cpu().numpy()
+    assert a.shape[0] == 1, f"HF cache tensor of batch {a.shape[0]}; the adapter runs batch 1"
+    return a[0]
+
+
+class HFModel:
+    """The HF module behind the Model protocol: new_state() and forward(tokens, state) -> logits."""
+
+    def __init__(self, hf: Any, path: Path | None = None) -> None:
+        self.hf = hf
+        self.path = path
+        c = hf.config
+        self.config = HFConfig(int(c.vocab_size), int(c.max_position_embeddings), HF_GDN_CHUNK)
+
+    def __repr__(self) -> str:
+        return f"HFModel({self.path}, {type(self.hf).__name__}, float32, eager)"
+
+    def new_state(self, pool: Any = None) -> HFState:
+        if pool is not None:
+            raise ValueError("HFModel.new_state: HF caches are not paged; pass no pool")
+        return HFState(transformers.DynamicCache(config=self.hf.config))
+
+    def forward(self, tokens: Any, state: HFState) -> np.ndarray:
+        """Logits f32[len(tokens), vocab]; one HF forward call that advances `state.cache` by len(tokens)."""
+        ids = _token_ids(tokens, "tokens", self.config.vocab_size)
+        if not isinstance(state, HFState):
+            raise ValueError(
+                f"forward: state must be an HFState from new_state(), got {type(state).__name__}"
+            )
+        state._check_live()
+        if not ids:
+            return np.zeros((0, self.config.vocab_size), np.float32)
+        if state.pos + len(ids) > self.config.max_position_embeddings:
+            raise ValueError(
+                f"forward: {state.pos} + {len(ids)} tokens exceed max_position_embeddings="
+                f"{self.config.max_position_embeddings}"
+            )
+        with torch.no_grad():
+            out = self.hf(input_ids=torch.tensor([ids], dtype=torch.long), cache=state.cache, use_cache=True)
+        state.pos += len(ids)
+        return np.array(out.logits[0].to(torch.float32).numpy(), dtype=np.float32)
+
+
+# -- generate -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HFRun:
+    """What one generate call emitted and what it cost, measured around model.generate."""
+
+    tokens: tuple[int, ...]
+    emitted: int
+    decode_forwards: int
+    prefill_forwards: int
+    polls: int
+    positions: tuple[int, ...]
+    wasted_forwards: int
+    stop_reason: str
+    prompt_len: int
+
+
+class _ForwardMeter:
+    """A forward pre-hook: (tokens fed, cache position before the call) for every model forward."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        cache_obj = kwargs.get("cache", kwargs.get("past_key_values"))
+        start = int(cache_obj.get_seq_length()) if cache_obj is not None else 0
+        self.calls.append((int(ids.shape[-1]), start))
+
+
+class _CancelCriterion(transformers.StoppingCriteria):
+    """The cancel token as a StoppingCriteria: generate calls it once per step, after the forward and the append."""
+
+    def __init__(self, token: Any) -> None:
+        self.token = token
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        stop = bool(self.token.is_cancelled())
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool)
+
+
+class _Sampled(transformers.LogitsProcessor):
+    """The caller's sampler (logits f32[vocab] -> token id) inside greedy decoding: only its token stays finite."""
+
+    def __init__(self, sampler: Callable[[np.ndarray], int]) -> None:
+        self.sampler = sampler
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        token = int(self.sampler(scores[0].detach().to(torch.float32).numpy().copy()))
+        if not 0 <= token < scores.shape[-1]:
+            raise ValueError(
+                f"sampler returned token id {token}, outside the vocabulary [0, {scores.shape[-1]})"
+            )
+        out = torch.full_like(scores, float("-inf"))
+        out[:, token] = 0.0
+        return out
+
+
+class _Emitted(BaseStreamer):
+    """Collects the tokens generate streams, after its first put (the prompt), and hands each to on_token."""
+
+    def __init__(self, on_token: Callable[[int], object] | None) -> None:
+        self.on_token = on_token
+        self.seen_prompt = False
+        self.tokens: list[int] = []
+
+    def put(self, value: Any) -> None:
+        if not self.seen_prompt:
+            self.seen_prompt = True
+            return
+        for t in value.reshape(-1).tolist():
+            self.tokens.append(int(t))
+            if self.on_token is not None:
+                self.on_token(int(t))
+
+    def end(self) -> None:
+        pass
+
+
+class HFSession:
+    """`model.generate` behind the Session protocol. Each call starts from an empty cache (no prefix reuse)."""
+
+    def __init__(self, model: HFModel) -> None:
+        self.model = model
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        cancel: Any = None,
+        stop_tokens: Iterable[int] = (),
+        sampler: Callable[[np.ndarray], int] | None = None,
+        on_token: Callable[[int], object] | None = None,
+    ) -> HFRun:
+        from reference.cancel import CancelToken
+
+        vocab = self.model.config.vocab_size
+        ids = _token_ids(prompt, "prompt", vocab)
+        if not ids:
+            raise ValueError("prompt is empty: generate needs at least one token to prefill")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 1:
+            raise ValueError(
+                f"max_tokens must be an int >= 1 (HF generate needs max_new_tokens >= 1), got {max_tokens!r}"
+            )
+        if len(ids) + max_tokens - 1 > self.model.config.max_position_embeddings:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens with max_tokens={max_tokens} exceeds max_position_embeddings"
+            )
+        stops = _token_ids(stop_tokens, "stop_tokens", vocab)
+        cancel = CancelToken.never() if cancel is None else cancel
+        if not callable(getattr(cancel, "is_cancelled", None)):
+            raise ValueError(f"cancel must have is_cancelled() and polls, got {type(cancel).__name__}")
+        if sampler is not None and not callable(sampler):
+            raise ValueError(
+                f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
+            )
+
+        config = transformers.GenerationConfig(
+            do_sample=False,
+            num_beams=1,
+            max_new_tokens=int(max_tokens),
+            eos_token_id=stops or None,
+            pad_token_id=stops[0] if stops else 0,
+        )
+        meter, streamer = _ForwardMeter(), _Emitted(on_token)
+        polls_before = cancel.polls
+        hook = self.model.hf.register_forward_pre_hook(meter, with_kwargs=True)
+        try:
+            with torch.no_grad():
+                out = self.model.hf.generate(
+                    input_ids=torch.tensor([ids], dtype=torch.long),
+                    attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
+                    generation_config=config,
+                    stopping_criteria=transformers.StoppingCriteriaList([_CancelCriterion(cancel)]),
+                    logits_processor=transformers.LogitsProcessorList(
+                        [] if sampler is None else [_Sampled(sampler)]
+                    ),
+                    streamer=streamer,
+                )
+        finally:
+            hook.remove()
+        tokens = [int(t) for t in out[0, len(ids) :].tolist()]
+        assert tokens == streamer.tokens, (tokens, streamer.tokens)  # what was streamed is what was returned
+        prefill = [c for c in meter.calls if c[1] == 0]
+        decode = [c for c in meter.calls if c[1] > 0 and c[0] == 1]
+        if len(prefill) + len(decode) != len(meter.calls):
+            raise RuntimeError(f"HF generate made forward calls the adapter cannot classify: {meter.calls}")
+        if tokens and tokens[-1] in stops:
+            reason = "stop_token"
+        elif len(tokens) >= max_tokens:
+            reason = "max_tokens"
+        else:
+            reason = "cancelled"
+        return HFRun(
+            tokens=tuple(tokens),
+            emitted=len(tokens),
+            decode_forwards=len(decode),
+            prefill_forwards=len(prefill),
+            polls=cancel.polls - polls_before,
+            positions=tuple(start for _, start in decode),
+            # every forward's logits go through token selection; one that produced no token in the output was wasted
+            wasted_forwards=len(meter.calls) - len(tokens),
+            stop_reason=reason,
+            prompt_len=len(ids),
+        )
+
+
+# -- stepped prefill ----------------------------------------------------------------------------------------
+
+
+class PrefillError(ValueError):
+    """A prefill asked for something it cannot do; the message names the argument."""
+
+
+@dataclass(frozen=True, slots=True)
+class HFKeptPrefix:
+    tokens: tuple[int, ...]
+    state: HFState  # consumed exactly `tokens`; never advanced (a restore copies it)
+
+
+class HFPrefill:
+    """A prompt's pass through HF's cache, one forward call per step().
+
+    Cuts are memoryless: a chunk starting at pos ends at the first of pos + chunk_cap, the next planned start
+    (a mark or a requested start), the prompt's end. Marks snapshot the state into `kept`.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        state: HFState,
+        prompt: tuple[int, ...],
+        width: int,
+        planned: list[int],
+        marks: frozenset[int],
+        keep_logits: bool,
+    ) -> None:
+        self.model = model
+        self.state = state
+        self.prompt = prompt
+        self.width = width
+        self.planned = planned
+        self.marks = marks
+        self.start = state.pos
+        self.chunks_run = 0
+        self.logits: np.ndarray | None = None
+        self.kept: list[HFKeptPrefix] = []
+        self.chunk_logits: list[np.ndarray] | None = [] if keep_logits else None
+
+    @classmethod
+    def open(
+        cls,
+        model: Any,
+        state: HFState,
+        prompt: Sequence[int],
+        chunk_cap: int | None = None,
+        kept: HFKeptPrefix | Iterable[HFKeptPrefix] = (),
+        marks: Iterable[int] = (),
+        starts: Iterable[int] = (),
+        keep_logits: bool = False,
+    ) -> HFPrefill:
+        tokens = tuple(_token_ids(prompt, "prompt", int(model.config.vocab_size)))
+        width = int(model.config.chunk_size) if chunk_cap is None else chunk_cap
+        if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
+            raise PrefillError(f"chunk_cap must be an int >= 1, got {chunk_cap!r}")
+        mark_list = _inside(marks, "marks", len(tokens))
+        planned = sorted({*mark_list, *_inside(starts, "starts", len(tokens))})
+        snapshots = [kept] if isinstance(kept, HFKeptPrefix) else list(kept)
+        best = max(
+            (s for s in snapshots if len(s.tokens) < len(tokens) and tokens[: len(s.tokens)] == s.tokens),
+            key=lambda s: len(s.tokens),
+            default=None,
+        )
+        if best is not None and len(best.tokens) > state.pos:
+            state.release()
+            state = best.state.copy()
+        if not state.pos < len(tokens):
+            raise PrefillError(
+                f"the state already holds {state.pos} tokens; a prompt of {len(tokens)} tokens must "
+                "extend it by at least one"
+            )
+        return cls(model, state, tokens, int(width), planned, frozenset(mark_list), keep_logits)
+
+    @property
+    def pos(self) -> int:
+        return int(self.state.pos)
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= len(self.prompt)
+
+    def next_cut(self) -> int:
+        i = bisect.bisect_right(self.planned, self.pos)
+        planned = self.planned[i] if i < len(self.planned) else len(self.prompt)
+        return min(self.pos + self.width, planned, len(self.prompt))
+
+    def step(self) -> bool:
+        """Run exactly one chunk through model.forward; True when the pass is done."""
+        if self.done:
+            raise PrefillError(f"prefill of {len(self.prompt)} tokens is already done")
+        start, end = self.pos, self.next_cut()
+        logits = self.model.forward(
+            np.asarray(self.prompt[start:end], np.int64), self.state
+        )  # [end - start, vocab]
+        self.chunks_run += 1
+        if self.state.pos != end:
+            raise RuntimeError(f"forward advanced the state to {self.state.pos}, expected {end}")
+        self.logits = logits[-1]
+        if self.chunk_logits is not None:
+            self.chunk_logits.append(logits)
+        if end in self.marks:
+            self.kept.append(HFKeptPrefix(self.prompt[:end], self.state.copy()))
+        return self.done
+
+    def run(self, cancel: Any = None) -> bool:
+        """Step until done, polling `cancel` before each chunk; False when it stopped the pass."""
+        while not self.done:
+            if cancel is not None and cancel.is_cancelled():
+                return False
+            self.step()
+        return True
+
+
+def _inside(values: Iterable[int], name: str, n: int) -> list[int]:
+    out = [int(v) for v in values]
+    bad = [v for v in out if not 0 < v < n]
+    if bad:
+        raise PrefillError(f"{name} must lie strictly inside the prompt (0, {n}), got {bad}")
+    return out
+
+
+def _token_ids(tokens: Any, what: str, vocab: int) -> list[int]:
+    """Plain int token ids, each checked against the vocabulary."""
+    if isinstance(tokens, str | bytes):
+        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
+    arr = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
+    if arr.size == 0:
+        return []
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(
+            f"{what} must be a 1-D sequence of int token ids, got shape {arr.shape} dtype {arr.dtype}"
+        )
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab))
+    if bad.size:
+        raise ValueError(f"{what}[{int(bad[0])}] = {int(arr[bad[0]])} is outside the vocabulary [0, {vocab})")
+    return [int(t) for t in arr]

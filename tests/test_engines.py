@@ -1,0 +1,127 @@
+"""The engine protocol (falsify/protocol.py) and the deliberately broken adapter (falsify/adapters/broken.py).
+
+The broken adapter polls the cancel token after the decode forward, the bug apr-serve-cancellation-v1 was written
+against. The same falsifiers that pass on the reference engine must turn the gate red on it, naming
+FALSIFY-SERVE-CANCEL-002 (decode_forwards == emitted - 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import falsify
+from falsify.adapters.broken import BrokenEngine
+from falsify.engines import EngineError, load_engine
+from falsify.protocol import CAPABILITIES, Engine, missing
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_reference_engine_offers_every_capability_it_claims() -> None:
+    engine = load_engine("reference")
+    assert isinstance(engine, Engine)
+    for capability in CAPABILITIES:
+        assert engine.supports(capability) is None
+        assert missing(engine, capability) == [], capability
+
+
+def test_missing_names_what_an_engine_lacks() -> None:
+    class Bare:
+        name = "bare"
+
+        def supports(self, capability: str) -> str | None:
+            return None
+
+        def session(self, model: object) -> None:
+            return None
+
+    assert missing(Bare(), "generate") == ["load_model", "cancel_token"]
+    assert missing(object(), "quant") == ["name", "supports", "q4_k"]
+    with pytest.raises(ValueError, match="unknown capability 'lane'"):
+        missing(Bare(), "lane")
+
+
+def test_broken_engine_offers_generate_only_and_says_why_not_the_rest() -> None:
+    engine = load_engine("falsify.adapters.broken:BrokenEngine")
+    assert isinstance(engine, BrokenEngine) and engine.name == "broken"
+    assert engine.supports("generate") is None and missing(engine, "generate") == []
+    for capability in ("quant", "model", "prefill", "lanes"):
+        reason = engine.supports(capability)
+        assert reason and capability in reason
+
+
+@pytest.mark.parametrize("budget", [0, 1, 3])
+def test_broken_session_wastes_the_forward_that_finds_the_cancel(budget: int) -> None:
+    engine = BrokenEngine()
+    model = engine.load_model("f32")
+    token = engine.cancel_token().with_budget(budget)
+    run = engine.session(model).generate([1, 2, 3, 4], 10, cancel=token)
+    # the bug, measured: n tokens from n decode forwards plus the prefill, the last forward thrown away
+    assert (run.emitted, run.decode_forwards, run.prefill_forwards) == (budget, budget, 1)
+    assert run.wasted_forwards == 1 and run.stop_reason == "cancelled"
+    if budget:
+        with pytest.raises(falsify.ContractViolation, match="FALSIFY-SERVE-CANCEL-002"):
+            falsify.check(
+                "FALSIFY-SERVE-CANCEL-002",
+                emitted=run.emitted,
+                decode_forwards=run.decode_forwards,
+                n=budget,
+                max_tokens=10,
+            )
+
+
+def test_broken_session_is_the_reference_loop_when_nothing_cancels() -> None:
+    """The bug is only in the cancel path: uncancelled runs equal the reference engine's token for token."""
+    broken, reference = BrokenEngine(), load_engine("reference")
+    model = reference.load_model("f32")
+    ours = broken.session(model).generate([5, 6, 7], 6)
+    theirs = reference.session(model).generate([5, 6, 7], 6)
+    assert ours.tokens == theirs.tokens
+    assert (ours.decode_forwards, ours.wasted_forwards, ours.stop_reason) == (5, 0, "max_tokens")
+
+
+def test_unknown_engine_is_a_clear_error() -> None:
+    with pytest.raises(EngineError, match="unknown engine 'nope'"):
+        load_engine("nope")
+    with pytest.raises(EngineError, match="has no 'Missing'"):
+        load_engine("falsify.adapters.broken:Missing")
+
+
+def test_gate_fails_on_the_broken_engine_naming_the_emitted_minus_one_prediction(tmp_path: Path) -> None:
+    """`falsify gate --engine module:factory`, restricted to the budget-cancel falsifier to stay quick."""
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}  # first counterexample, no shrinking
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "falsify.cli",
+            "gate",
+            "--engine",
+            "falsify.adapters.broken:BrokenEngine",
+            "--out",
+            str(tmp_path),
+            "--",
+            "-k",
+            "test_a_budget_cancelled_run",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["id"]: r for r in json.loads((tmp_path / "gate.json").read_text())["predictions"]}
+    assert rows["FALSIFY-SERVE-CANCEL-002"]["outcome"] == "FAIL"
+    failed = rows["FALSIFY-SERVE-CANCEL-002"]["values"]
+    assert failed["decode_forwards"] == failed["emitted"], failed  # the poll-after-forward signature
+    # the same run's other claims still hold: the gate names the broken claim, not everything
+    assert rows["FALSIFY-SERVE-CANCEL-001"]["outcome"] == "PASS"
+    assert "FALSIFY-SERVE-CANCEL-002" in proc.stdout and "gate: FAIL" in proc.stdout
