@@ -132,7 +132,7 @@ def test_dequantize_equals_gguf(Q4_K: Any, data: st.DataObject, n_blocks: int, q
     ours = Q4_K.dequantize(blocks.reshape(n_blocks, BLOCK_BYTES)).reshape(n_blocks, QK_K)
     ref = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q4_K).reshape(n_blocks, QK_K)
     bad, report = cases.mismatch_report(ours, ref.astype(np.float32))
-    falsify.check("FALSIFY-Q4K-003", bad_blocks=bad, blocks=n_blocks, report=report, n_blocks=n_blocks)
+    cases.check_blocks("FALSIFY-Q4K-003", report, bad_blocks=bad, blocks=n_blocks, n_blocks=n_blocks)
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-004")
@@ -150,7 +150,7 @@ def test_quantize_equals_llama_cpp_golden(Q4_K: Any) -> None:
     x = np.concatenate(inputs)
     ours = Q4_K.quantize(x).reshape(-1, BLOCK_BYTES)
     bad, report = cases.mismatch_report(ours, golden)
-    falsify.check("FALSIFY-Q4K-004", bad_blocks=bad, blocks=len(golden), report=report, n_blocks=len(golden))
+    cases.check_blocks("FALSIFY-Q4K-004", report, bad_blocks=bad, blocks=len(golden), n_blocks=len(golden))
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-005")

@@ -13,8 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import falsify
-
 pytestmark = pytest.mark.oracle
 
 QK_K = 256
@@ -53,7 +51,7 @@ def test_quantize_equals_c(lib: Any, Q4_K: Any, kind: str) -> None:
     # 8 blocks per row, so rows of several blocks and the engine's tiling are exercised too.
     ours = Q4_K.quantize(x.reshape(-1, 8 * QK_K)).reshape(-1, BLOCK_BYTES)
     bad, report = cases.mismatch_report(ours, ref)
-    falsify.check("FALSIFY-Q4K-004", bad_blocks=bad, blocks=len(ref), report=report, n_blocks=len(ref))
+    cases.check_blocks("FALSIFY-Q4K-004", report, bad_blocks=bad, blocks=len(ref), n_blocks=len(ref))
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-003")
@@ -70,4 +68,4 @@ def test_dequantize_equals_c(lib: Any, Q4_K: Any, kind: str) -> None:
     ref = cases.c_dequantize(lib, q)
     ours = Q4_K.dequantize(q.reshape(-1, 8 * BLOCK_BYTES)).reshape(-1, QK_K)
     bad, report = cases.mismatch_report(ours, ref)
-    falsify.check("FALSIFY-Q4K-003", bad_blocks=bad, blocks=len(q), report=report, n_blocks=len(q))
+    cases.check_blocks("FALSIFY-Q4K-003", report, bad_blocks=bad, blocks=len(q), n_blocks=len(q))

@@ -139,3 +139,15 @@ def mismatch_report(got: np.ndarray, ref: np.ndarray) -> tuple[int, str]:  # u8 
     return bad, (f"{bad} bad blocks ({100 * bad / g.shape[0]:.2f}%) of {g.shape[0]}, worst block {worst} "
                  f"({bad_bytes[worst]} bytes differ, first at {cols.tolist()}): "
                  f"got {g[worst][cols].tolist()} vs reference {r[worst][cols].tolist()}")
+
+
+def check_blocks(prediction_id: str, report: str, **observed: Any) -> None:
+    """falsify.check, with the mismatch report attached to a violation (the formula shows only the counts)."""
+    import falsify
+
+    __tracebackhide__ = True
+    try:
+        falsify.check(prediction_id, report=report, **observed)
+    except AssertionError as exc:
+        exc.add_note(report)
+        raise
