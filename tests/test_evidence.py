@@ -112,6 +112,8 @@ FILES = {
 
         import falsify
         import pytest
+        from hypothesis import given, settings
+        from hypothesis import strategies as st
 
 
         @pytest.mark.falsifies("FALSIFY-TINY-ADD-001", "FALSIFY-TINY-ADD-002")
@@ -122,6 +124,14 @@ FILES = {
                 total, extra_ops = engine.add(a, b)
                 falsify.check("FALSIFY-TINY-ADD-001", total=total, a=a, b=b)
                 falsify.check("FALSIFY-TINY-ADD-002", extra_ops=extra_ops)
+
+
+        @pytest.mark.falsifies("FALSIFY-TINY-ADD-001")
+        @settings(max_examples=10)
+        @given(a=st.integers(0, 9), b=st.integers(0, 9))
+        def test_add_any(engine, a, b):
+            total, _ = engine.add(a, b)
+            falsify.check("FALSIFY-TINY-ADD-001", total=total, a=a, b=b)
         """,
 }
 
@@ -175,7 +185,8 @@ def stryker_report(status: str = "Killed") -> dict[str, object]:
 def falsify_cli(
     root: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", **(env or {})}
+    # The ci hypothesis profile (derandomized) for `falsify gate` too: its results feed `evidence --from`.
+    full_env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "HYPOTHESIS_PROFILE": "ci", **(env or {})}
     full_env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run(
         [sys.executable, "-m", "falsify.cli", *args],
@@ -286,7 +297,8 @@ def test_test_result_statement(built: Path) -> None:
     test_result = statements(built / "proj" / "evidence")[0]
     p = test_result["predicate"]
     assert p["result"] == "PASSED"
-    assert p["passedTests"] == ["tests/test_add.py::test_add"] and p["failedTests"] == []
+    assert p["passedTests"] == ["tests/test_add.py::test_add", "tests/test_add.py::test_add_any"]
+    assert p["failedTests"] == []
     config = {d["name"] for d in p["configuration"]}
     assert {
         "contracts/tiny-add-v1.yaml",
@@ -311,7 +323,8 @@ def test_contract_evidence_statement(built: Path) -> None:
     rows = {p["id"]: p for p in ev["predictions"]}
     add, cost = rows["FALSIFY-TINY-ADD-001"], rows["FALSIFY-TINY-ADD-002"]
     assert add["outcome"] == "PASS" and add["formula"] == "total == a + b"
-    assert add["tests"] == ["tests/test_add.py::test_add"] and add["checks"] == 3
+    assert add["tests"] == ["tests/test_add.py::test_add", "tests/test_add.py::test_add_any"]
+    assert add["checks"] > 3 and cost["checks"] == 3  # 3 in test_add, the rest from hypothesis' examples
     assert add["values"] == {"total": 9, "a": 0, "b": 9}
     assert [m["id"] for m in add["mutantsKilled"]] == ["add-off-by-one"]
     assert cost["mutantsKilled"] == [] and cost["costs"] == [
@@ -334,7 +347,10 @@ def test_contract_evidence_statement(built: Path) -> None:
     report = json.loads((built / "proj" / "evidence" / MUTATION_REPORT).read_text(encoding="utf-8"))
     assert "performance" not in report and "duration" not in json.dumps(report)
     assert report["projectRoot"] == "."
-    assert 'time="' not in (built / "proj" / "evidence" / JUNIT).read_text(encoding="utf-8")
+    junit = (built / "proj" / "evidence" / JUNIT).read_text(encoding="utf-8")
+    raw = (built / "proj" / ".falsify" / "gate" / JUNIT).read_text(encoding="utf-8")
+    assert 'time="' in raw and "hypothesis-statistics-" in raw
+    assert 'time="' not in junit and "hypothesis-statistics-" not in junit and 'tests="2"' in junit
 
 
 def test_untouched_tree_verifies(copy: Path) -> None:
@@ -377,16 +393,16 @@ def test_an_added_engine_source_fails_verify(copy: Path, verify: Verify) -> None
 
 
 def test_an_edited_statement_fails_verify(copy: Path, verify: Verify) -> None:
-    """Claiming a FAIL passed in the statements, even with the report digest fixed up, is caught by the rebuild."""
+    """Claiming in the statements an outcome the results do not give is caught by the rebuild, beside the digest."""
     bundle = copy / "proj" / "evidence"
     lines = (bundle / STATEMENTS).read_text(encoding="utf-8").splitlines()
-    edited = lines[1].replace('"checks":3', '"checks":4')
+    edited = lines[1].replace('"outcome":"PASS"', '"outcome":"FAIL"', 1)
     assert edited != lines[1]
     (bundle / STATEMENTS).write_text("\n".join([lines[0], edited, lines[2]]) + "\n", encoding="utf-8")
     code, out = verify(copy / "proj", "evidence")
     assert code == 1
     assert f"{STATEMENTS} line 2: sha256 changed" in out
-    assert "predictions[0].checks: recorded 4, re-derived 3" in out, out
+    assert 'predicate.predictions[0].outcome: recorded "FAIL", re-derived "PASS"' in out, out
 
 
 def test_evidence_runs_the_gate_and_the_real_mutant_runner(built: Path, copy: Path, verify: Verify) -> None:
@@ -482,7 +498,10 @@ def test_survivor_and_falsified_prediction_are_no_go(copy: Path, verify: Verify)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     stmts = statements(root / "red")
     assert stmts[0]["predicate"]["result"] == "FAILED"
-    assert stmts[0]["predicate"]["failedTests"] == ["tests/test_add.py::test_add"]
+    assert stmts[0]["predicate"]["failedTests"] == [
+        "tests/test_add.py::test_add",
+        "tests/test_add.py::test_add_any",
+    ]
     ev = stmts[1]["predicate"]
     rows = {p["id"]: p for p in ev["predictions"]}
     assert rows["FALSIFY-TINY-ADD-001"]["outcome"] == "FAIL"

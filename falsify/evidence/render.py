@@ -48,7 +48,7 @@ def _costs(costs: list[dict[str, Any]]) -> str:
         measured = ", ".join(f"{k}={v!r}" for k, v in c["measured"].items()) or "not measured"
         held = {True: "held", False: "VIOLATED", None: "not evaluated"}[c["held"]]
         parts.append(f"{c['name']}: {c['formula']} per {c['per']} — {measured} ({held})")
-    return "; ".join(parts)
+    return "; ".join(parts) or "—"
 
 
 def _killed(p: dict[str, Any]) -> str:

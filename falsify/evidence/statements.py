@@ -84,11 +84,19 @@ def normalise_results(results: dict[str, Any], root: Path, contracts: str) -> di
 
 
 def normalise_junit(xml: bytes, root: Path) -> bytes:
-    """Drop what differs between two runs of the same tree: time, timestamp, hostname; make paths relative."""
+    """Drop what differs between two runs of the same tree: time, timestamp, hostname, hypothesis' statistics;
+    make paths relative."""
     tree = ET.fromstring(xml)
     for element in tree.iter():
         for key in ("time", "timestamp", "hostname"):
             element.attrib.pop(key, None)
+        # Hypothesis records per-test statistics (run times, base64) as properties: timings, not results.
+        for properties in element.findall("properties"):
+            for prop in properties.findall("property"):
+                if prop.get("name", "").startswith("hypothesis-statistics-"):
+                    properties.remove(prop)
+            if len(properties) == 0:
+                element.remove(properties)
     text = ET.tostring(tree, encoding="unicode")
     text = scrub(text, root)
     return ('<?xml version="1.0" encoding="utf-8"?>\n' + text + "\n").encode()
