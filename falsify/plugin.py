@@ -133,6 +133,8 @@ class FalsifyPlugin:
             self._write_results()
             listing = "\n".join(f"  {line}" for line in problems)
             raise pytest.UsageError(f"falsify: {len(problems)} binding problem(s):\n{listing}")
+        if any(marked_ids(i) for i in items) and not config.getoption("collectonly"):
+            self.engine()  # an engine that cannot load is one clear usage error, not an ERROR row per test
         if config.getoption("falsify_only"):
             keep = [i for i in items if marked_ids(i)]
             deselected = [i for i in items if not marked_ids(i)]
@@ -147,8 +149,10 @@ class FalsifyPlugin:
             return
         corpus = self.load()
         engine = self.engine()
+        narrowed = marked_requires(item)
         for pid in ids:
-            for capability in corpus.contract_of(pid).requires:
+            needs = corpus.contract_of(pid).requires
+            for capability in needs if narrowed is None else [c for c in needs if c in narrowed]:
                 reason = engine.supports(capability)
                 if reason:
                     pytest.skip(f"{NOT_APPLICABLE}{pid} needs {capability!r}: {reason}")
@@ -241,6 +245,16 @@ def marked_ids(item: pytest.Item) -> list[str]:
             if pid not in ids:
                 ids.append(pid)
     return ids
+
+
+def marked_requires(item: pytest.Item) -> set[str] | None:
+    """`falsifies(..., requires=[...])`: the capabilities this test uses when it needs fewer than its contract
+    requires (the prefill half of a contract runs on an engine without a lane host). None: the contract's."""
+    found: set[str] | None = None
+    for mark in item.iter_markers("falsifies"):
+        if "requires" in mark.kwargs:
+            found = (found or set()) | set(mark.kwargs["requires"])
+    return found
 
 
 def _new_record(ids: list[str]) -> dict[str, Any]:

@@ -144,3 +144,32 @@ def test_no_skip_option_fails_a_run_with_skips(project: pytest.Pytester) -> None
     )
     assert project.runpytest("--falsify-no-skip").ret == pytest.ExitCode.TESTS_FAILED
     assert project.runpytest().ret == pytest.ExitCode.OK
+
+
+def test_capabilities_a_target_lacks_are_not_applicable(project: pytest.Pytester) -> None:
+    (project.path / "contracts" / "demo-v1.yaml").write_text(
+        CONTRACT.replace("observables:", "requires: [generate, lanes]\nobservables:")
+    )
+    project.makepyfile(
+        only_generate="""
+class Engine:
+    name = "only-generate"
+    def supports(self, capability):
+        return None if capability == "generate" else f"no {capability} here"
+""",
+        test_demo=BOTH_BOUND.format(forwards=7).replace(
+            '@pytest.mark.falsifies("FALSIFY-DEMO-002")',
+            '@pytest.mark.falsifies("FALSIFY-DEMO-002", requires=["generate"])',
+        ),
+    )
+    project.syspathinsert()
+    result = project.runpytest("--falsify-strict", "--engine", "only_generate:Engine", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*NOT APPLICABLE: FALSIFY-DEMO-001 needs 'lanes': no lanes here*"])
+
+
+def test_an_engine_that_cannot_load_is_one_usage_error(project: pytest.Pytester) -> None:
+    project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7))
+    result = project.runpytest("--engine", "no_such_module:Engine")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*engine 'no_such_module:Engine': cannot import no_such_module*"])
