@@ -647,3 +647,11 @@ def test_a_tree_edited_during_the_run_gets_no_bundle(copy: Path) -> None:
         in proc.stderr
     )
     assert not (root / "late").exists()
+
+
+def test_sources_that_match_nothing_are_refused(copy: Path) -> None:
+    root = copy / "proj"
+    proc = falsify_cli(root, "evidence", "--out", "x", "--engine", ENGINE, "--sources", "nothing/**/*.py")
+    assert proc.returncode == 2
+    assert "no engine source file matches nothing/**/*.py" in proc.stderr
+    assert not (root / "x").exists()

@@ -18,7 +18,7 @@ from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_ga
 from falsify.evidence.digests import scrub
 from falsify.evidence.mutation import load_report
 from falsify.evidence.statements import RunResults, build, environment, normalise_junit, normalise_results
-from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, tree_digests
+from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, source_files, tree_digests
 from falsify.evidence.verify import verify
 from falsify.project import find_project
 
@@ -101,6 +101,8 @@ def run_evidence(args: argparse.Namespace) -> int:
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     sources = tuple(args.sources) if args.sources else DEFAULT_SOURCES
     inputs = Inputs.of(project, args.engine, sources)
+    if not source_files(root, sources):
+        raise EvidenceError(f"no engine source file matches {' '.join(sources)} under {root} (see --sources)")
     before = tree_digests(root, inputs)
     if from_dir:
         results, junit = read_gate_dir(from_dir)

@@ -41,7 +41,14 @@ from falsify.evidence.digests import (
 )
 from falsify.evidence.mutation import MutantOutcome, normalise, outcomes
 from falsify.evidence.render import render_html, render_markdown
-from falsify.evidence.tree import Inputs, configuration_files, digest_files, source_files, weights_files
+from falsify.evidence.tree import (
+    EvidenceError,
+    Inputs,
+    configuration_files,
+    digest_files,
+    source_files,
+    weights_files,
+)
 from falsify.evidence.verdict import decide, junit_totals
 from falsify.results import PredictionResult, per_prediction
 
@@ -86,7 +93,10 @@ def normalise_results(results: dict[str, Any], root: Path, contracts: str) -> di
 def normalise_junit(xml: bytes, root: Path) -> bytes:
     """Drop what differs between two runs of the same tree: time, timestamp, hostname, hypothesis' statistics;
     make paths relative."""
-    tree = ET.fromstring(xml)
+    try:
+        tree = ET.fromstring(xml)
+    except ET.ParseError as exc:
+        raise EvidenceError(f"{JUNIT}: not XML ({exc})") from None
     for element in tree.iter():
         for key in ("time", "timestamp", "hostname"):
             element.attrib.pop(key, None)
