@@ -665,3 +665,22 @@ def test_sources_that_match_nothing_are_refused(copy: Path) -> None:
     assert proc.returncode == 2
     assert "no engine source file matches nothing/**/*.py" in proc.stderr
     assert not (root / "x").exists()
+
+
+def test_a_report_edited_with_its_digest_fixed_up_fails_verify(copy: Path, verify: Verify) -> None:
+    """REPORT.md must say what the statements say, even when its digest in statement 3 was forged to match."""
+    import hashlib
+
+    bundle = copy / "proj" / "evidence"
+    report = (bundle / REPORT_MD).read_text(encoding="utf-8")
+    forged = report.replace("**PASS**", "**FAIL**", 1)
+    assert forged != report
+    (bundle / REPORT_MD).write_text(forged, encoding="utf-8")
+    lines = (bundle / STATEMENTS).read_text(encoding="utf-8").splitlines()
+    old, new = (hashlib.sha256(t.encode()).hexdigest() for t in (report, forged))
+    assert old in lines[2]
+    lines[2] = lines[2].replace(old, new)
+    (bundle / STATEMENTS).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out = verify(copy / "proj", "evidence")
+    assert code == 1
+    assert "REPORT.md: does not say what the statements say" in out, out
