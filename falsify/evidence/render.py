@@ -226,7 +226,7 @@ def render_html(test_result: dict[str, Any], evidence_stmt: dict[str, Any], gene
         )
         for m in mutants["results"]:
             h.append(
-                f'<tr><td class="mono">{e(m["id"])}</td><td class="{_cls(m["status"])}">{e(m["status"])}</td>'
+                f'<tr><td class="mono id">{e(m["id"])}</td><td class="{_cls(m["status"])}">{e(m["status"])}</td>'
                 f'<td>{e(m["file"])}</td><td class="mono">{e(", ".join(m["killedPredictions"]) or "—")}</td>'
                 f'<td class="mono">{e(m["diffDigest"]["sha256"][:16])}</td></tr>'
             )
