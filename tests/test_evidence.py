@@ -425,6 +425,8 @@ def test_evidence_runs_the_gate_and_the_real_mutant_runner(built: Path, copy: Pa
     )
     report = json.loads((root / "full" / MUTATION_REPORT).read_text(encoding="utf-8"))
     assert "performance" not in report and '"duration"' not in json.dumps(report)
+    kept = report["files"]["tinyengine/engine.py"]["mutants"][0]["statusReason"]
+    assert kept == "red: FALSIFY-TINY-ADD-001"  # test output (reprs, times) stays in the raw report only
     # The bundle's copy, timings dropped, is still a report of the Stryker schema (the npm package's file).
     schema = (
         Path(__file__).parent
@@ -684,3 +686,18 @@ def test_a_report_edited_with_its_digest_fixed_up_fails_verify(copy: Path, verif
     code, out = verify(copy / "proj", "evidence")
     assert code == 1
     assert "REPORT.md: does not say what the statements say" in out, out
+
+
+def test_scrub_makes_text_machine_neutral(tmp_path: Path) -> None:
+    from falsify.evidence.digests import scrub
+
+    root = tmp_path / "proj"
+    text = (
+        f"{root}/tests/test_x.py:3 Model({Path.home()}/.cache/falsify/tiny-0-v1) "
+        "<reference.engine.ReferenceEngine object at 0x7fcff6f84650> in {root}"
+    )
+    assert scrub({"m": [text.replace("{root}", str(root))]}, root) == {
+        "m": [
+            "tests/test_x.py:3 Model(~/.cache/falsify/tiny-0-v1) <reference.engine.ReferenceEngine object at 0x?> in ."
+        ]
+    }

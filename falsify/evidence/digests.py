@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +54,17 @@ def plain_json(value: Any) -> Any:
 
 
 def scrub(value: Any, root: Path) -> Any:
-    """Replace the project's absolute path in every string by '.' so that no bundle byte names a machine's dirs."""
-    prefixes = sorted({str(root), str(root.resolve())}, key=len, reverse=True)
+    """Make text machine-neutral: the project's absolute path becomes relative ('.'), the home directory '~'
+    (the weights cache lives there), and object addresses in reprs ('at 0x7f3a...') '0x?'."""
+    replacements = [(str(p), ".") for p in {root, root.resolve()}] + [(str(Path.home()), "~")]
+    replacements.sort(key=lambda r: len(r[0]), reverse=True)  # the longest prefix first: a root inside home
 
     def fix(text: str) -> str:
-        for prefix in prefixes:
-            text = text.replace(prefix + "/", "").replace(prefix, ".")
-        return text
+        for prefix, short in replacements:
+            if short == ".":
+                text = text.replace(prefix + "/", "")
+            text = text.replace(prefix, short)
+        return _ADDRESS.sub(" at 0x?", text)
 
     def walk(v: Any) -> Any:
         if isinstance(v, str):
@@ -71,3 +76,6 @@ def scrub(value: Any, root: Path) -> Any:
         return v
 
     return walk(value)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{4,}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify.corpus import Corpus, Mutant
-from falsify.evidence.digests import canonical, sha256_bytes
+from falsify.evidence.digests import canonical, scrub, sha256_bytes
 from falsify.evidence.tree import EvidenceError
 
 # Fields that differ between two runs of the same tree; dropped from the bundle's copy of the report.
@@ -50,20 +50,30 @@ def load_report(path: Path) -> dict[str, Any]:
     return data
 
 
-def normalise(report: dict[str, Any]) -> dict[str, Any]:
-    """The report without its timings and with a relative projectRoot: same mutant run -> same bytes."""
+def normalise(report: dict[str, Any], root: Path) -> dict[str, Any]:
+    """The report as the bundle keeps it: same mutant run -> same bytes. Timings dropped, projectRoot '.', paths
+    and object addresses scrubbed, and each statusReason cut to its first line (`falsify mutants` puts the
+    predictions that turned red there; the rest is test output, with reprs and times, kept in the raw report)."""
 
     def walk(v: Any) -> Any:
         if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items() if k not in _TIMING_KEYS}
+            return {
+                k: _first_line(x) if k == "statusReason" else walk(x)
+                for k, x in v.items()
+                if k not in _TIMING_KEYS
+            }
         if isinstance(v, list):
             return [walk(x) for x in v]
         return v
 
-    out: dict[str, Any] = walk(report)
+    out: dict[str, Any] = scrub(walk(report), root)
     if "projectRoot" in out:
         out["projectRoot"] = "."
     return out
+
+
+def _first_line(value: Any) -> Any:
+    return value.split("\n", 1)[0] if isinstance(value, str) else value
 
 
 def outcomes(

@@ -143,17 +143,17 @@ def build(
 ) -> dict[str, bytes]:
     """Every file of the bundle, name -> bytes."""
     files: dict[str, bytes] = {JUNIT: run.junit, RESULTS: pretty(run.results).encode()}
-    if run.mutation_report is not None:
-        files[MUTATION_REPORT] = pretty(normalise(run.mutation_report)).encode()
+    # Outcomes come from the report as the bundle keeps it, so that `verify` reads exactly what `evidence` read.
+    report = normalise(run.mutation_report, root) if run.mutation_report is not None else None
+    if report is not None:
+        files[MUTATION_REPORT] = pretty(report).encode()
     reports = [descriptor(name, sha256_bytes(files[name])) for name in sorted(files)]
 
     rows = per_prediction(corpus, run.results)
-    mutants = (
-        outcomes(run.mutation_report, corpus, run.results, root) if run.mutation_report is not None else []
-    )
+    mutants = outcomes(report, corpus, run.results, root) if report is not None else []
     declared = sorted(m.id for m in corpus.mutants)
     mutant_summary = {
-        "run": run.mutation_report is not None,
+        "run": report is not None,
         "reason": run.mutants_reason,
         "declared": declared,
         "results": [m.as_json() for m in mutants],
