@@ -4,7 +4,7 @@ The figure is the mutant's own falsifier run (scratch copy, pytest, the kills' t
 prediction is red), not the one-off control. Wall time and CPU time are both reported: the machine is shared, and
 the CPU time is what the mutant itself cost.
 
-python benchmarks/mutants.py [--repeats 3] [--ids ID ...] [--out FILE]
+python benchmarks/mutants.py [--repeats 3] [--ids ID ...] [--no-forkserver] [--out FILE]
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ids", nargs="*", help="mutant ids (default: all)")
     parser.add_argument("--engine", default="reference")
+    parser.add_argument("--no-forkserver", dest="forkserver", action="store_false",
+                        help="a new interpreter per pytest run (for comparison)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     project, corpus, problems = load()
@@ -38,7 +40,7 @@ def main() -> int:
     per: dict[str, dict[str, list[float]]] = {m.id: {"wall": [], "cpu": []} for m in mutants}
     outcomes: dict[str, str] = {}
     with Scratch(project.root) as scratch:
-        forkserver = scratch.start_forkserver()  # as `falsify mutants` runs them
+        forkserver = args.forkserver and scratch.start_forkserver()  # as `falsify mutants` runs them
         control = runner.control = runner.run_control(scratch, mutants)
         if not control.ok:
             print(control.detail, file=sys.stderr)
