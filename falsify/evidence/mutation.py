@@ -18,6 +18,9 @@ from falsify.evidence.tree import EvidenceError
 
 # Fields that differ between two runs of the same tree; dropped from the bundle's copy of the report.
 _TIMING_KEYS = ("duration", "performance", "testsCompleted", "timestamp", "startedAt", "finishedAt")
+# Lists that are sets (test ids), filled in the order a runner's workers finish; kept sorted. Mutants and tests
+# are listed by id for the same reason.
+_SETS = ("killedBy", "coveredBy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,25 +54,38 @@ def load_report(path: Path) -> dict[str, Any]:
 
 
 def normalise(report: dict[str, Any], root: Path) -> dict[str, Any]:
-    """The report as the bundle keeps it: same mutant run -> same bytes. Timings dropped, projectRoot '.', paths
-    and object addresses scrubbed, and each statusReason cut to its first line (`falsify mutants` puts the
-    predictions that turned red there; the rest is test output, with reprs and times, kept in the raw report)."""
+    """The report as the bundle keeps it: same mutant run -> same bytes. Timings dropped, lists in a fixed order,
+    projectRoot '.', paths and object addresses scrubbed, and each statusReason cut to its first line (`falsify
+    mutants` puts the predictions that turned red there; the rest is test output, with reprs and times, kept in the
+    raw report)."""
 
     def walk(v: Any) -> Any:
-        if isinstance(v, dict):
-            return {
-                k: _first_line(x) if k == "statusReason" else walk(x)
-                for k, x in v.items()
-                if k not in _TIMING_KEYS
-            }
         if isinstance(v, list):
             return [walk(x) for x in v]
-        return v
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for k, x in v.items():
+            if k in _TIMING_KEYS:
+                continue
+            if k == "statusReason":
+                out[k] = _first_line(x)
+            elif k in _SETS and isinstance(x, list):
+                out[k] = sorted(map(str, x))
+            elif k in ("mutants", "tests") and isinstance(x, list):
+                out[k] = sorted((walk(m) for m in x), key=_by_id)
+            else:
+                out[k] = walk(x)
+        return out
 
     out: dict[str, Any] = scrub(walk(report), root)
     if "projectRoot" in out:
         out["projectRoot"] = "."
     return out
+
+
+def _by_id(entry: Any) -> str:
+    return str(entry.get("id", "")) if isinstance(entry, dict) else ""
 
 
 def _first_line(value: Any) -> Any:
