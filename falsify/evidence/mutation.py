@@ -65,8 +65,11 @@ def normalise(report: dict[str, Any], root: Path) -> dict[str, Any]:
         if not isinstance(v, dict):
             return v
         out = {}
+        # With its kills named in statusReason, a mutant's killedBy (the tests that failed before the runner
+        # stopped early) depends on scheduling: dropped here, kept in the raw report.
+        named = str(v.get("statusReason", "")).startswith("red: ")
         for k, x in v.items():
-            if k in _TIMING_KEYS:
+            if k in _TIMING_KEYS or (named and k == "killedBy"):
                 continue
             if k == "statusReason":
                 out[k] = _first_line(x)
