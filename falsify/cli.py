@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import sys
 from pathlib import Path
 
@@ -147,7 +148,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if name in LOCAL:
             LOCAL[name][0](sub)
         elif only == name:
-            importlib.import_module(module).add_parser(sub)
+            add_parser = importlib.import_module(module).add_parser
+            # A module that serves several commands (evidence, verify) is told which one to register.
+            if "name" in inspect.signature(add_parser).parameters:
+                add_parser(sub, name=name)
+            else:
+                add_parser(sub)
         else:
             sub.add_parser(name, help=HELP[name], add_help=False)
     return parser
