@@ -173,3 +173,11 @@ def test_an_engine_that_cannot_load_is_one_usage_error(project: pytest.Pytester)
     result = project.runpytest("--engine", "no_such_module:Engine")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*engine 'no_such_module:Engine': cannot import no_such_module*"])
+
+
+def test_strict_binding_is_for_whole_suite_runs_not_a_named_file(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_demo=BOTH_BOUND.format(forwards=7).replace('@pytest.mark.falsifies("FALSIFY-DEMO-002")\n', "")
+    )
+    assert project.runpytest("--falsify-strict").ret == pytest.ExitCode.USAGE_ERROR
+    project.runpytest("--falsify-strict", "test_demo.py").assert_outcomes(passed=2)
