@@ -85,7 +85,7 @@ class FalsifyPlugin:
         self.corpus: Corpus | None = None
         self._engine: Any = None
         self.results: dict[str, dict[str, Any]] = {}
-        self.collected: list[dict[str, Any]] = []
+        self.collected: dict[str, list[str]] = {}  # falsifier node id -> the predictions it names
         self.binding_problems: list[str] = []
 
     def load(self) -> Corpus:
@@ -115,7 +115,7 @@ class FalsifyPlugin:
             ids = marked_ids(item)
             if not ids:
                 continue
-            self.collected.append({"nodeid": item.nodeid, "predictions": ids})
+            self.collected[item.nodeid] = ids
             for pid in ids:
                 if pid in bound:
                     bound[pid].append(item.nodeid)
@@ -184,7 +184,7 @@ class FalsifyPlugin:
             )
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        ids = [pid for c in self.collected if c["nodeid"] == report.nodeid for pid in c["predictions"]]
+        ids = self.collected.get(report.nodeid, [])
         record = self.results.setdefault(report.nodeid, _new_record(ids))
         record["duration"] += report.duration
         if report.skipped:
@@ -231,7 +231,7 @@ class FalsifyPlugin:
         payload = {
             "engine": self.config.getoption("engine"),
             "contracts": str(self.contracts),
-            "collected": self.collected,
+            "collected": [{"nodeid": nid, "predictions": ids} for nid, ids in self.collected.items()],
             "binding_problems": self.binding_problems,
             "tests": self.results,
         }
