@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from falsify.corpus import load_corpus
+from falsify.contracts.corpus import load_corpus
 
 TEMPLATE = """\
 contract: bench-{i:05d}-v1

@@ -60,7 +60,7 @@ def gdn_layer(model: Model, x: np.ndarray) -> None:
     conv = np.zeros((c.conv_dim, c.linear_conv_kernel_dim), np.float32)
     rec = np.zeros((c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim), np.float32)
     for s in range(0, len(x), c.chunk_size):
-        _, conv, rec = gated_delta_net(w, c, x[s:s + c.chunk_size], conv, rec)
+        _, conv, rec = gated_delta_net(w, c, x[s : s + c.chunk_size], conv, rec)
 
 
 def decode_ms(model: Model, context: int, steps: int, rng: np.random.Generator) -> tuple[float, float]:
@@ -89,10 +89,18 @@ def main() -> int:
 
     rng = np.random.default_rng(0)
     path = tiny_model(0)
-    result: dict = {"benchmark": "model", "model": str(path), "repeats": args.repeats,
-                    "machine": {"python": platform.python_version(), "numpy": np.__version__,
-                                "cpus": os.cpu_count(), "blas_threads": os.environ["OPENBLAS_NUM_THREADS"]},
-                    "runs": {}}
+    result: dict = {
+        "benchmark": "model",
+        "model": str(path),
+        "repeats": args.repeats,
+        "machine": {
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "cpus": os.cpu_count(),
+            "blas_threads": os.environ["OPENBLAS_NUM_THREADS"],
+        },
+        "runs": {},
+    }
     for kind in args.weights:
         start = time.perf_counter()
         model = load_model(path, kind)
@@ -103,22 +111,36 @@ def main() -> int:
             x = rng.normal(size=(length, model.config.hidden_size)).astype(np.float32)
             t_model = median_time(lambda m=model, tokens=tokens: prefill(m, tokens), args.repeats)
             t_gdn = median_time(lambda m=model, x=x: gdn_layer(m, x), args.repeats)
-            row = {"tokens": length, "prefill_s": round(t_model[0], 4), "prefill_cpu_s": round(t_model[1], 4),
-                   "prefill_cpu_us_per_token": round(t_model[1] / length * 1e6, 1),
-                   "gdn_layer_s": round(t_gdn[0], 4), "gdn_layer_cpu_s": round(t_gdn[1], 4),
-                   "gdn_cpu_us_per_token": round(t_gdn[1] / length * 1e6, 1)}
+            row = {
+                "tokens": length,
+                "prefill_s": round(t_model[0], 4),
+                "prefill_cpu_s": round(t_model[1], 4),
+                "prefill_cpu_us_per_token": round(t_model[1] / length * 1e6, 1),
+                "gdn_layer_s": round(t_gdn[0], 4),
+                "gdn_layer_cpu_s": round(t_gdn[1], 4),
+                "gdn_cpu_us_per_token": round(t_gdn[1] / length * 1e6, 1),
+            }
             run["prefill"].append(row)
             print(kind, json.dumps(row), file=sys.stderr)
         first, last = run["prefill"][0], run["prefill"][-1]
         # 1.0 = perfectly linear; the GDN layer should stay near 1, the whole model grows with the attention layer
-        run["gdn_cpu_per_token_growth"] = round(last["gdn_cpu_us_per_token"] / first["gdn_cpu_us_per_token"], 2)
-        run["model_cpu_per_token_growth"] = round(last["prefill_cpu_us_per_token"]
-                                                  / first["prefill_cpu_us_per_token"], 2)
+        run["gdn_cpu_per_token_growth"] = round(
+            last["gdn_cpu_us_per_token"] / first["gdn_cpu_us_per_token"], 2
+        )
+        run["model_cpu_per_token_growth"] = round(
+            last["prefill_cpu_us_per_token"] / first["prefill_cpu_us_per_token"], 2
+        )
         for context in args.decode_contexts:
             wall, cpu = decode_ms(model, context, args.decode_steps, rng)
-            run["decode"].append({"context": context, "ms_per_token": round(wall, 3),
-                                  "cpu_ms_per_token": round(cpu, 3), "tokens_per_s": round(1e3 / wall, 1),
-                                  "tokens_per_cpu_s": round(1e3 / cpu, 1)})
+            run["decode"].append(
+                {
+                    "context": context,
+                    "ms_per_token": round(wall, 3),
+                    "cpu_ms_per_token": round(cpu, 3),
+                    "tokens_per_s": round(1e3 / wall, 1),
+                    "tokens_per_cpu_s": round(1e3 / cpu, 1),
+                }
+            )
             print(kind, json.dumps(run["decode"][-1]), file=sys.stderr)
         result["runs"][kind] = run
     text = json.dumps(result, indent=1)

@@ -16,8 +16,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from falsify.mutants.runner import MutantOutcome, Runner, Settings, load
-from falsify.mutants.scratch import Scratch
+from falsify.mutation.semantic.runner import MutantOutcome, Runner, Settings, load
+from falsify.mutation.semantic.scratch import Scratch
 
 TARGET_SECONDS = 5.0
 
@@ -27,8 +27,12 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ids", nargs="*", help="mutant ids (default: all)")
     parser.add_argument("--engine", default="reference")
-    parser.add_argument("--no-forkserver", dest="forkserver", action="store_false",
-                        help="a new interpreter per pytest run (for comparison)")
+    parser.add_argument(
+        "--no-forkserver",
+        dest="forkserver",
+        action="store_false",
+        help="a new interpreter per pytest run (for comparison)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     project, corpus, problems = load()
@@ -52,8 +56,10 @@ def main() -> int:
                 per[m.id]["wall"].append(result.seconds)
                 if result.cpu is not None:
                     per[m.id]["cpu"].append(result.cpu)
-    medians = {mid: {"wall": statistics.median(t["wall"]), "cpu": statistics.median(t["cpu"]) if t["cpu"] else None}
-               for mid, t in per.items()}
+    medians = {
+        mid: {"wall": statistics.median(t["wall"]), "cpu": statistics.median(t["cpu"]) if t["cpu"] else None}
+        for mid, t in per.items()
+    }
     walls = [v["wall"] for v in medians.values()]
     cpus = [v["cpu"] for v in medians.values() if v["cpu"] is not None]
     result = {
@@ -62,8 +68,15 @@ def main() -> int:
         "repeats": args.repeats,
         "control_seconds": control.seconds,
         "forkserver": forkserver,
-        "per_mutant": {mid: {**medians[mid], "outcome": outcomes[mid], "wall_runs": per[mid]["wall"],
-                             "cpu_runs": per[mid]["cpu"]} for mid in per},
+        "per_mutant": {
+            mid: {
+                **medians[mid],
+                "outcome": outcomes[mid],
+                "wall_runs": per[mid]["wall"],
+                "cpu_runs": per[mid]["cpu"],
+            }
+            for mid in per
+        },
         "median_seconds": statistics.median(walls),
         "max_seconds": max(walls),
         "median_cpu_seconds": statistics.median(cpus) if cpus else None,

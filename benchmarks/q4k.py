@@ -103,6 +103,7 @@ def main() -> int:
         "dense_f32_w_xT": lambda: (Wd @ X.T).T,  # the orientation ours uses; OpenBLAS threads it differently
     }
     if gguf is not None:
+
         def gguf_deq() -> np.ndarray:
             return gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q4_K)
 
@@ -124,11 +125,15 @@ def main() -> int:
         ratios["gguf_over_matvec"] = t_mv["gguf_dequantize_matmul"] / t_mv["ours"]
         ratios["gguf_over_matmul"] = t_mm["gguf_dequantize_matmul"] / t_mm["ours"]
         targets["matvec >= 10x faster than gguf dequantize+matmul"] = {
-            "value": ratios["gguf_over_matvec"], "met": ratios["gguf_over_matvec"] >= 10}
+            "value": ratios["gguf_over_matvec"],
+            "met": ratios["gguf_over_matvec"] >= 10,
+        }
     if "c_ref" in t_quant:
         ratios["quantize_over_c_ref"] = t_quant["ours"] / t_quant["c_ref"]
         targets["quantize <= 3x C reference"] = {
-            "value": ratios["quantize_over_c_ref"], "met": ratios["quantize_over_c_ref"] <= 3}
+            "value": ratios["quantize_over_c_ref"],
+            "met": ratios["quantize_over_c_ref"] <= 3,
+        }
 
     result = {
         "benchmark": "q4k",

@@ -73,8 +73,10 @@ def one_run(model: Any, length: int, chunk_cap: int, unit: int) -> dict[str, flo
     rounds_needed = -(-length // chunk_cap)
     pages = 2 * -(-(16 + rounds_needed + 8) // PAGE_SIZE) + -(-(length + 1) // PAGE_SIZE) + 4
     host = LaneHost(clock, chunk_cap=chunk_cap, pages=pages, page_size=PAGE_SIZE, max_streams=3)
-    others = [host.submit(rng.integers(0, model.config.vocab_size, 16).tolist(), rounds_needed + 8)
-              for _ in range(2)]
+    others = [
+        host.submit(rng.integers(0, model.config.vocab_size, 16).tolist(), rounds_needed + 8)
+        for _ in range(2)
+    ]
     while not all(host.tokens(s) for s in others):
         host.round()
     before = {s: len(host.tokens(s)) for s in others}
@@ -88,7 +90,7 @@ def one_run(model: Any, length: int, chunk_cap: int, unit: int) -> dict[str, flo
     ttft_ms = 1e3 * (time.perf_counter() - t0)
     host.round()  # the decoding streams' next tokens: the gap that spans the last (or only) prefill chunk
     new_state = clock.states[2]
-    gap_rounds = max(g for s in others for g in host.decode_gaps(s)[before[s] - 1:])
+    gap_rounds = max(g for s in others for g in host.decode_gaps(s)[before[s] - 1 :])
     gap_ms, gap_tokens = 0.0, 0
     for state in clock.states[:2]:
         last, prefilled = None, 0
@@ -100,8 +102,14 @@ def one_run(model: Any, length: int, chunk_cap: int, unit: int) -> dict[str, flo
                 last, prefilled = t, 0
             elif st is new_state:
                 prefilled += n
-    return {"max_gap_rounds": gap_rounds, "max_gap_ms": gap_ms, "max_prefill_tokens_between": gap_tokens,
-            "max_gap_chunks": gap_tokens / unit, "ttft_rounds": rounds, "ttft_ms": ttft_ms}
+    return {
+        "max_gap_rounds": gap_rounds,
+        "max_gap_ms": gap_ms,
+        "max_prefill_tokens_between": gap_tokens,
+        "max_gap_chunks": gap_tokens / unit,
+        "ttft_rounds": rounds,
+        "ttft_ms": ttft_ms,
+    }
 
 
 def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -128,13 +136,21 @@ def main() -> int:
             stepped.append(one_run(model, length, args.chunk_cap, args.chunk_cap))
             whole.append(one_run(model, length, whole_cap, args.chunk_cap))
         s, w = median_of(stepped), median_of(whole)
-        rows.append({"prompt_len": length, "stepped": s, "whole": w,
-                     "gap_ms_ratio_whole_over_stepped": w["max_gap_ms"] / s["max_gap_ms"],
-                     "ttft_ratio_stepped_over_whole": s["ttft_ms"] / w["ttft_ms"]})
-        print(f"L={length:5d}  stepped: gap {s['max_gap_rounds']:.0f} round / {s['max_gap_chunks']:.2f} chunk"
-              f" / {s['max_gap_ms']:7.1f} ms, ttft {s['ttft_ms']:8.1f} ms   whole: gap"
-              f" {w['max_gap_chunks']:.2f} chunk / {w['max_gap_ms']:8.1f} ms, ttft {w['ttft_ms']:8.1f} ms",
-              file=sys.stderr)
+        rows.append(
+            {
+                "prompt_len": length,
+                "stepped": s,
+                "whole": w,
+                "gap_ms_ratio_whole_over_stepped": w["max_gap_ms"] / s["max_gap_ms"],
+                "ttft_ratio_stepped_over_whole": s["ttft_ms"] / w["ttft_ms"],
+            }
+        )
+        print(
+            f"L={length:5d}  stepped: gap {s['max_gap_rounds']:.0f} round / {s['max_gap_chunks']:.2f} chunk"
+            f" / {s['max_gap_ms']:7.1f} ms, ttft {s['ttft_ms']:8.1f} ms   whole: gap"
+            f" {w['max_gap_chunks']:.2f} chunk / {w['max_gap_ms']:8.1f} ms, ttft {w['ttft_ms']:8.1f} ms",
+            file=sys.stderr,
+        )
     report = {
         "benchmark": "stall",
         "model": "tiny-0 f32",

@@ -1,7 +1,20 @@
-"""falsify: contracts as validated data, bound to pytest falsifiers, gated in CI, attacked with planted bugs."""
+"""falsify: contracts as validated data, bound to pytest falsifiers, gated in CI, attacked with planted bugs.
 
-from falsify.checks import check
+The package's folders follow the data flow (each may import only from the ones before it; tests/test_layout.py
+enforces it):
+
+    errors, project, table   shared base: named errors, the project's configuration, plain-text tables
+    contracts/               YAML loading, schema check, formula language, corpus, lint
+    engines/                 the engine protocol, loading an engine by name, adapters for engines no one here wrote
+    harness/                 falsify.check, the pytest plugin, per-prediction results, the gate
+    mutation/                semantic mutants (planted bugs from mutants/*.yaml), mutmut, the Stryker report
+    evidence/                the release evidence bundle and its verification
+    cli                      the `falsify` command, over all of the above
+"""
+
+__version__ = "0.1.0"
+
 from falsify.errors import BindingError, ContractError, ContractViolation, FalsifyError, FormulaError
+from falsify.harness.checks import check
 
 __all__ = ["BindingError", "ContractError", "ContractViolation", "FalsifyError", "FormulaError", "check"]
-__version__ = "0.1.0"

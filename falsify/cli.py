@@ -19,8 +19,8 @@ COMMANDS = {
     "lint": "falsify.cli",
     "bindings": "falsify.cli",
     "gate": "falsify.cli",
-    "mutants": "falsify.mutants.cli",
-    "mutmut": "falsify.mutmut_runner",
+    "mutants": "falsify.mutation.semantic.cli",
+    "mutmut": "falsify.mutation.mutmut",
     "evidence": "falsify.evidence.cli",
     "verify": "falsify.evidence.cli",
 }
@@ -37,7 +37,7 @@ HELP = {
 
 
 def add_lint(sub: argparse._SubParsersAction) -> None:
-    from falsify.lint import FORMATS
+    from falsify.contracts.lint import FORMATS
 
     p = sub.add_parser("lint", help=HELP["lint"], description=HELP["lint"])
     p.add_argument(
@@ -50,7 +50,7 @@ def add_lint(sub: argparse._SubParsersAction) -> None:
 
 
 def run_lint(args: argparse.Namespace) -> int:
-    from falsify.lint import lint, render
+    from falsify.contracts.lint import lint, render
 
     paths = args.paths
     if not paths:
@@ -73,8 +73,8 @@ def add_bindings(sub: argparse._SubParsersAction) -> None:
 def run_bindings(args: argparse.Namespace) -> int:
     import tempfile
 
-    from falsify.gate import lint_project, run_pytest
-    from falsify.results import load_results
+    from falsify.harness.gate import lint_project, run_pytest
+    from falsify.harness.results import load_results
     from falsify.table import table
 
     project = find_project()
@@ -126,7 +126,7 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
 def run_gate(args: argparse.Namespace) -> int:
     import shutil
 
-    from falsify.gate import gate
+    from falsify.harness.gate import gate
 
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     project = find_project()

@@ -17,19 +17,25 @@ from reference.weights import AttentionWeights
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:  # [..., d], [d] -> [..., d]
     """Qwen3_5RMSNorm: zero-centred weight, x · rsqrt(mean x² + eps) · (1 + w)."""
-    mean_sq = (x * x).sum(-1, keepdims=True) / np.float32(x.shape[-1])  # .mean() costs a Python frame per call
+    mean_sq = (x * x).sum(-1, keepdims=True) / np.float32(
+        x.shape[-1]
+    )  # .mean() costs a Python frame per call
     return x / np.sqrt(mean_sq + np.float32(eps)) * (np.float32(1) + weight)
 
 
 def rope_cos_sin(positions: np.ndarray, rotary_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
     """cos, sin: [T, rotary_dim], frequencies repeated twice (rotate_half layout), float32 as HF computes them."""
-    inv_freq = np.float32(1) / np.float32(theta) ** (np.arange(0, rotary_dim, 2, dtype=np.float32) / rotary_dim)
+    inv_freq = np.float32(1) / np.float32(theta) ** (
+        np.arange(0, rotary_dim, 2, dtype=np.float32) / rotary_dim
+    )
     freqs = positions.astype(np.float32)[:, None] * inv_freq[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)
     return np.cos(emb), np.sin(emb)
 
 
-def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:  # [T, H, hd], [T, r] -> [T, H, hd]
+def apply_rope(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray
+) -> np.ndarray:  # [T, H, hd], [T, r] -> [T, H, hd]
     r = cos.shape[-1]
     rot, rest = x[..., :r], x[..., r:]
     half = r // 2
@@ -42,8 +48,10 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) ->
     """q: [T, nh, hd] at positions start .. start+T-1; k, v: [start+T, nkv, hd] -> [T, nh, hd]."""
     T, nh, hd = q.shape
     nkv = k.shape[1]
-    qg = q.reshape(T, nkv, nh // nkv, hd).transpose(1, 2, 0, 3)  # [nkv, rep, T, hd]: head h uses kv head h // rep
-    scores = (qg @ k.transpose(1, 2, 0)[:, None]) * np.float32(hd ** -0.5)  # [nkv, rep, T, S]
+    qg = q.reshape(T, nkv, nh // nkv, hd).transpose(
+        1, 2, 0, 3
+    )  # [nkv, rep, T, hd]: head h uses kv head h // rep
+    scores = (qg @ k.transpose(1, 2, 0)[:, None]) * np.float32(hd**-0.5)  # [nkv, rep, T, S]
     visible = np.arange(k.shape[0])[None, :] <= (start + np.arange(T))[:, None]  # [T, S]
     scores = np.where(visible, scores, -np.inf)
     scores = np.exp(scores - scores.max(-1, keepdims=True))
@@ -52,7 +60,9 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) ->
     return out.transpose(2, 0, 1, 3).reshape(T, nh, hd)
 
 
-def gated_attention(w: AttentionWeights, c: Config, x: np.ndarray, state: StreamState, slot: int) -> np.ndarray:
+def gated_attention(
+    w: AttentionWeights, c: Config, x: np.ndarray, state: StreamState, slot: int
+) -> np.ndarray:
     """One attention mixer over a chunk at positions state.pos ..; writes its K/V into the state's pages.
 
     x: [T, hidden] -> [T, hidden]; `slot` is this layer's index among the attention layers.

@@ -78,7 +78,9 @@ class Config:
     def from_dict(cls, raw: Any, source: str = "config") -> Config:
         if not isinstance(raw, dict):
             raise ConfigError(f"{source}: top level is {type(raw).__name__}, expected an object")
-        if isinstance(raw.get("text_config"), dict):  # Qwen3_5Config (multimodal) wraps the text model's config
+        if isinstance(
+            raw.get("text_config"), dict
+        ):  # Qwen3_5Config (multimodal) wraps the text model's config
             raw = {"tie_word_embeddings": raw.get("tie_word_embeddings", False), **raw["text_config"]}
         return _parse(raw, source)
 
@@ -103,7 +105,9 @@ def _parse(raw: dict[str, Any], source: str) -> Config:
     if raw.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"{source}: key 'hidden_act' is {raw['hidden_act']!r}; only 'silu' is supported")
     if raw.get("attention_bias", False):
-        raise ConfigError(f"{source}: key 'attention_bias' is true; biased attention projections are not supported")
+        raise ConfigError(
+            f"{source}: key 'attention_bias' is true; biased attention projections are not supported"
+        )
 
     hidden = get("hidden_size", int)
     n_heads = get("num_attention_heads", int)
@@ -133,7 +137,9 @@ def _parse(raw: dict[str, Any], source: str) -> Config:
         raise ConfigError(f"{source}: key 'rope_parameters' is {rope!r}, expected an object")
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
-        raise ConfigError(f"{source}: key 'rope_parameters.rope_type' is {rope_type!r}; only 'default' is supported")
+        raise ConfigError(
+            f"{source}: key 'rope_parameters.rope_type' is {rope_type!r}; only 'default' is supported"
+        )
     if rope.get("mrope_interleaved"):
         raise ConfigError(f"{source}: key 'rope_parameters.mrope_interleaved' is set; not supported")
     theta = rope.get("rope_theta", raw.get("rope_theta", 10000.0))
@@ -148,9 +154,13 @@ def _parse(raw: dict[str, Any], source: str) -> Config:
     layer_types = raw.get("layer_types")
     if layer_types is None:  # same default as Qwen3_5TextConfig.__post_init__
         interval = get("full_attention_interval", int, 4)
-        layer_types = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n_layers)]
+        layer_types = [
+            "linear_attention" if (i + 1) % interval else "full_attention" for i in range(n_layers)
+        ]
     if not isinstance(layer_types, list) or len(layer_types) != n_layers:
-        raise ConfigError(f"{source}: key 'layer_types' must be a list of num_hidden_layers={n_layers} entries")
+        raise ConfigError(
+            f"{source}: key 'layer_types' must be a list of num_hidden_layers={n_layers} entries"
+        )
     for i, t in enumerate(layer_types):
         if t not in LAYER_TYPES:
             raise ConfigError(f"{source}: key 'layer_types[{i}]' is {t!r}, expected one of {LAYER_TYPES}")
@@ -163,6 +173,14 @@ def _parse(raw: dict[str, Any], source: str) -> Config:
     rotary = int(kw["head_dim"] * factor)
     if rotary % 2:
         raise ConfigError(f"{source}: rotary dim head_dim * partial_rotary_factor = {rotary} must be even")
-    known = set(kw) | {"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor",
-                       "full_attention_interval", "model_type", "hidden_act", "attention_bias"}
+    known = set(kw) | {
+        "rope_parameters",
+        "rope_scaling",
+        "rope_theta",
+        "partial_rotary_factor",
+        "full_attention_interval",
+        "model_type",
+        "hidden_act",
+        "attention_bias",
+    }
     return Config(**kw, extra={k: v for k, v in raw.items() if k not in known})

@@ -36,7 +36,9 @@ def l2norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:  # [..., d] -> [...,
     return x / np.sqrt((x * x).sum(-1, keepdims=True) + np.float32(eps))  # same as l2norm in modeling_qwen3_5
 
 
-def gdn_gate(A_log: np.ndarray, a: np.ndarray, dt_bias: np.ndarray) -> np.ndarray:  # [Hv], [T, Hv], [Hv] -> [T, Hv]
+def gdn_gate(
+    A_log: np.ndarray, a: np.ndarray, dt_bias: np.ndarray
+) -> np.ndarray:  # [Hv], [T, Hv], [Hv] -> [T, Hv]
     """Log-decay g = −exp(A_log) · softplus(a + dt_bias); the state is multiplied by exp(g) ∈ (0, 1]."""
     return -np.exp(A_log) * softplus(a + dt_bias)
 
@@ -46,8 +48,9 @@ def expand_heads(x: np.ndarray, n_heads: int) -> np.ndarray:  # [T, Hk, d] -> [T
     return np.repeat(x, n_heads // x.shape[1], axis=1)
 
 
-def naive_recurrent_gated_delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
-                                     state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def naive_recurrent_gated_delta_rule(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray, state: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """q, k: [T, Hk, dk]; v: [T, Hv, dv]; g, beta: [T, Hv]; state: [Hv, dk, dv] -> o [T, Hv, dv], state.
 
     q arrives normalised and scaled; the input state is not modified.
@@ -65,8 +68,15 @@ def naive_recurrent_gated_delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray
     return o, S
 
 
-def chunk_gated_delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
-                           state: np.ndarray, chunk_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+def chunk_gated_delta_rule(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    g: np.ndarray,
+    beta: np.ndarray,
+    state: np.ndarray,
+    chunk_size: int = 64,
+) -> tuple[np.ndarray, np.ndarray]:
     """Same contract as naive_recurrent_gated_delta_rule, computed `chunk_size` tokens at a time.
 
     Within a chunk of C tokens (per head, Γ_i = Σ_{s≤i} g_s, D_ij = exp(Γ_i − Γ_j) for j ≤ i else 0):
@@ -86,8 +96,9 @@ def chunk_gated_delta_rule(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.nd
     return o.transpose(1, 0, 2), S
 
 
-def _chunk(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
-           S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _chunk(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray, S: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """One chunk, heads first: q, k: [H, C, dk]; v: [H, C, dv]; g, beta: [H, C]; S: [H, dk, dv]."""
     C = v.shape[1]
     gc = np.cumsum(g, axis=1)  # Γ: [H, C]
@@ -98,7 +109,7 @@ def _chunk(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.
     T = np.tril((k_beta @ k.transpose(0, 2, 1)) * D, -1) + np.eye(C, dtype=np.float32)
     rhs = np.concatenate([v * beta[:, :, None], k_beta * np.exp(gc)[:, :, None]], axis=2)
     solved = rhs if C == 1 else np.linalg.solve(T, rhs).astype(np.float32)  # T = I for a single token
-    u, w = solved[:, :, :v.shape[2]], solved[:, :, v.shape[2]:]
+    u, w = solved[:, :, : v.shape[2]], solved[:, :, v.shape[2] :]
     v_new = u - w @ S  # [H, C, dv]
     o = (q * np.exp(gc)[:, :, None]) @ S + ((q @ k.transpose(0, 2, 1)) * D) @ v_new
     decay_to_end = np.exp(gc[:, -1:] - gc)[:, :, None]  # [H, C, 1]
@@ -116,7 +127,7 @@ def causal_conv1d(x: np.ndarray, conv_state: np.ndarray, weight: np.ndarray) -> 
     T = len(x)
     y = np.zeros((T, x.shape[1]), np.float32)
     for j in range(K):
-        y += full[1 + j:1 + j + T] * weight[:, j]
+        y += full[1 + j : 1 + j + T] * weight[:, j]
     return y, np.ascontiguousarray(full[-K:].T)
 
 
@@ -126,23 +137,33 @@ def gated_rms_norm(x: np.ndarray, z: np.ndarray, weight: np.ndarray, eps: float)
     return weight * x * silu(z)
 
 
-def gated_delta_net(w: GDNWeights, c: Config, x: np.ndarray, conv_state: np.ndarray,
-                    recurrent_state: np.ndarray, decays: list[np.ndarray] | None = None,
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def gated_delta_net(
+    w: GDNWeights,
+    c: Config,
+    x: np.ndarray,
+    conv_state: np.ndarray,
+    recurrent_state: np.ndarray,
+    decays: list[np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One GDN mixer over a chunk. x: [T, hidden] -> out [T, hidden], conv_state [D, K], recurrent [Hv, dk, dv].
 
     `decays`, when given, receives this chunk's per-token decay exp(g): [T, Hv] (a probe for the contract).
     """
     T = len(x)
-    hk, dk, hv, dv = c.linear_num_key_heads, c.linear_key_head_dim, c.linear_num_value_heads, c.linear_value_head_dim
+    hk, dk, hv, dv = (
+        c.linear_num_key_heads,
+        c.linear_key_head_dim,
+        c.linear_num_value_heads,
+        c.linear_value_head_dim,
+    )
     proj = w.in_proj(x)  # [T, conv_dim | Hv dv | Hv | Hv]: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
     z0, b0, a0 = c.conv_dim, c.conv_dim + hv * dv, c.conv_dim + hv * dv + hv
     mixed, conv_state = causal_conv1d(proj[:, :z0], conv_state, w.conv1d)
     mixed = silu(mixed)
-    q = mixed[:, :hk * dk].reshape(T, hk, dk)
-    k = mixed[:, hk * dk:2 * hk * dk].reshape(T, hk, dk)
-    v = mixed[:, 2 * hk * dk:].reshape(T, hv, dv)
-    q = l2norm(q) * np.float32(dk ** -0.5)
+    q = mixed[:, : hk * dk].reshape(T, hk, dk)
+    k = mixed[:, hk * dk : 2 * hk * dk].reshape(T, hk, dk)
+    v = mixed[:, 2 * hk * dk :].reshape(T, hv, dv)
+    q = l2norm(q) * np.float32(dk**-0.5)
     k = l2norm(k)
     beta = sigmoid(proj[:, b0:a0])
     g = gdn_gate(w.A_log, proj[:, a0:], w.dt_bias)
@@ -151,7 +172,9 @@ def gated_delta_net(w: GDNWeights, c: Config, x: np.ndarray, conv_state: np.ndar
     if T == 1:  # a decode step: the recurrent form, as HF's Qwen3_5GatedDeltaNet does for seq_len == 1
         o, recurrent_state = naive_recurrent_gated_delta_rule(q, k, v, g, beta, recurrent_state)
     else:
-        o, recurrent_state = chunk_gated_delta_rule(q, k, v, g, beta, recurrent_state, chunk_size=c.chunk_size)
+        o, recurrent_state = chunk_gated_delta_rule(
+            q, k, v, g, beta, recurrent_state, chunk_size=c.chunk_size
+        )
     z = proj[:, z0:b0].reshape(T, hv, dv)
     o = gated_rms_norm(o, z, w.norm, c.rms_norm_eps)
     return w.out_proj(o.reshape(T, hv * dv)), conv_state, recurrent_state

@@ -88,8 +88,14 @@ class LaneHost:
     pages, page_size: the shared KV pool. max_streams: lanes (slots) held at once.
     """
 
-    def __init__(self, model: Any, chunk_cap: int | None = None, pages: int = 256, page_size: int = 16,
-                 max_streams: int = 8) -> None:
+    def __init__(
+        self,
+        model: Any,
+        chunk_cap: int | None = None,
+        pages: int = 256,
+        page_size: int = 16,
+        max_streams: int = 8,
+    ) -> None:
         if isinstance(max_streams, bool) or not isinstance(max_streams, int) or max_streams < 1:
             raise ValueError(f"LaneHost: max_streams must be an int >= 1, got {max_streams!r}")
         self.model = model
@@ -101,8 +107,13 @@ class LaneHost:
         self._queue: deque[int] = deque()  # prefilling streams, next chunk's owner first
         self._next_id = 0
 
-    def submit(self, prompt: Sequence[int], max_tokens: int, cancel: Any = None,
-               sample: Callable[[np.ndarray], int] = greedy) -> int:
+    def submit(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        cancel: Any = None,
+        sample: Callable[[np.ndarray], int] = greedy,
+    ) -> int:
         """Admit a stream; its first chunk runs in a later round. Raises LaneRefused when it cannot fit."""
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"submit: max_tokens must be an int >= 1, got {max_tokens!r}")
@@ -128,13 +139,17 @@ class LaneHost:
             raise LaneRefused(f"submit: all {self.max_streams} lanes are held; a stream must leave or finish")
         limit = int(self.model.config.max_position_embeddings)
         if positions > limit:
-            raise LaneRefused(f"submit: {n_prompt} prompt + {max_tokens} reply tokens need {positions} "
-                              f"positions; the model has {limit}")
+            raise LaneRefused(
+                f"submit: {n_prompt} prompt + {max_tokens} reply tokens need {positions} "
+                f"positions; the model has {limit}"
+            )
         free, _, total = self._pool.counts()
         need = -(-positions // self._pool.page_size)
         if need > free:
-            raise LaneRefused(f"submit: {n_prompt} prompt + {max_tokens} reply tokens need {need} pages "
-                              f"of {self._pool.page_size} tokens; {free} of {total} are free")
+            raise LaneRefused(
+                f"submit: {n_prompt} prompt + {max_tokens} reply tokens need {need} pages "
+                f"of {self._pool.page_size} tokens; {free} of {total} are free"
+            )
 
     def round(self) -> RoundReport:
         """One decode step for every decoding stream, then at most one prefill chunk."""
@@ -253,8 +268,9 @@ class LaneHost:
         lane = self._lane(stream)
         pos = lane.state.pos if lane.state is not None else lane.final_pos
         pages = len(lane.state.pages) if lane.state is not None else 0
-        return StreamStats(lane.phase, int(pos), len(lane.tokens), lane.prefill_chunks, lane.decode_forwards,
-                           pages)
+        return StreamStats(
+            lane.phase, int(pos), len(lane.tokens), lane.prefill_chunks, lane.decode_forwards, pages
+        )
 
     def _lane(self, stream: int) -> _Lane:
         lane = self._lanes.get(stream)

@@ -37,8 +37,10 @@ class Model:
 
     def __repr__(self) -> str:
         c = self.config
-        return (f"Model({self.path}, weights={self.kind!r}, layers={''.join(t[0] for t in c.layer_types)}, "
-                f"hidden={c.hidden_size}, vocab={c.vocab_size})")
+        return (
+            f"Model({self.path}, weights={self.kind!r}, layers={''.join(t[0] for t in c.layer_types)}, "
+            f"hidden={c.hidden_size}, vocab={c.vocab_size})"
+        )
 
     def new_pool(self, pages: int, page_size: int = DEFAULT_PAGE_SIZE) -> PagePool:
         c = self.config
@@ -47,15 +49,23 @@ class Model:
     def new_state(self, pool: PagePool | None = None) -> StreamState:
         c = self.config
         if pool is None:
-            pool = PagePool(4, DEFAULT_PAGE_SIZE, len(c.attn_layers), c.num_key_value_heads, c.head_dim,
-                            growable=True)
-        elif pool.page_shape[0] != len(c.attn_layers) or pool.page_shape[2:] != (c.num_key_value_heads, c.head_dim):
-            raise ValueError(f"new_state: pool pages hold {pool.page_shape} (layers, page_size, kv heads, head_dim), "
-                             f"model needs ({len(c.attn_layers)}, *, {c.num_key_value_heads}, {c.head_dim})")
+            pool = PagePool(
+                4, DEFAULT_PAGE_SIZE, len(c.attn_layers), c.num_key_value_heads, c.head_dim, growable=True
+            )
+        elif pool.page_shape[0] != len(c.attn_layers) or pool.page_shape[2:] != (
+            c.num_key_value_heads,
+            c.head_dim,
+        ):
+            raise ValueError(
+                f"new_state: pool pages hold {pool.page_shape} (layers, page_size, kv heads, head_dim), "
+                f"model needs ({len(c.attn_layers)}, *, {c.num_key_value_heads}, {c.head_dim})"
+            )
         n = len(c.gdn_layers)
         conv = [np.zeros((c.conv_dim, c.linear_conv_kernel_dim), np.float32) for _ in range(n)]
-        recurrent = [np.zeros((c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim), np.float32)
-                     for _ in range(n)]
+        recurrent = [
+            np.zeros((c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim), np.float32)
+            for _ in range(n)
+        ]
         return StreamState(pool, conv, recurrent)
 
     def forward(self, tokens: Any, state: StreamState) -> np.ndarray:
@@ -72,7 +82,7 @@ class Model:
             return logits
         state.reserve(state.pos + len(ids))
         for s in range(0, len(ids), c.chunk_size):
-            logits[s:s + c.chunk_size] = self._chunk(ids[s:s + c.chunk_size], state)
+            logits[s : s + c.chunk_size] = self._chunk(ids[s : s + c.chunk_size], state)
         return logits
 
     def gdn_decays(self, tokens: Any) -> np.ndarray:
@@ -83,7 +93,7 @@ class Model:
         state.reserve(len(ids))
         probe: list[np.ndarray] = []
         for s in range(0, len(ids), self.config.chunk_size):
-            self._chunk(ids[s:s + self.config.chunk_size], state, probe)
+            self._chunk(ids[s : s + self.config.chunk_size], state, probe)
         n = len(self.config.gdn_layers)
         return np.stack([np.concatenate(probe[i::n]) for i in range(n)]) if n else np.zeros((0, len(ids), 0))
 
@@ -91,7 +101,9 @@ class Model:
         """HF-named float32 tensors this model computes with (Q4_K projections dequantized), for oracles."""
         return dense_state_dict(self.weights, self.config)
 
-    def _chunk(self, ids: np.ndarray, state: StreamState, probe: list[np.ndarray] | None = None) -> np.ndarray:
+    def _chunk(
+        self, ids: np.ndarray, state: StreamState, probe: list[np.ndarray] | None = None
+    ) -> np.ndarray:
         """The whole layer stack over one chunk: ids [T] -> logits [T, vocab]; advances state.pos by T."""
         c, w = self.config, self.weights
         x = w.embed_tokens[ids]  # [T, hidden]
@@ -100,7 +112,8 @@ class Model:
             h = rms_norm(x, layer.input_layernorm, c.rms_norm_eps)
             if isinstance(layer.mixer, GDNWeights):
                 h, state.conv[gdn_slot], state.recurrent[gdn_slot] = gated_delta_net(
-                    layer.mixer, c, h, state.conv[gdn_slot], state.recurrent[gdn_slot], probe)
+                    layer.mixer, c, h, state.conv[gdn_slot], state.recurrent[gdn_slot], probe
+                )
                 gdn_slot += 1
             else:
                 h = gated_attention(layer.mixer, c, h, state, attn_slot)
@@ -120,22 +133,29 @@ class Model:
         bad = np.flatnonzero((ids < 0) | (ids >= self.config.vocab_size))
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"forward: token id {int(ids[i])} at position {i} is outside the vocabulary "
-                             f"[0, {self.config.vocab_size})")
+            raise ValueError(
+                f"forward: token id {int(ids[i])} at position {i} is outside the vocabulary "
+                f"[0, {self.config.vocab_size})"
+            )
         return ids
 
     def _check_state(self, state: StreamState, n: int) -> None:
         c = self.config
         if not isinstance(state, StreamState):
-            raise ValueError(f"forward: state must be a StreamState from new_state(), got {type(state).__name__}")
+            raise ValueError(
+                f"forward: state must be a StreamState from new_state(), got {type(state).__name__}"
+            )
         state._check_live()
-        if len(state.conv) != len(c.gdn_layers) or any(s.shape != (c.linear_num_value_heads,
-                                                       c.linear_key_head_dim, c.linear_value_head_dim)
-                                                       for s in state.recurrent):
+        if len(state.conv) != len(c.gdn_layers) or any(
+            s.shape != (c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim)
+            for s in state.recurrent
+        ):
             raise ValueError("forward: state was made by a model with another layout")
         if state.pos + n > c.max_position_embeddings:
-            raise ValueError(f"forward: {state.pos} + {n} tokens exceed max_position_embeddings="
-                             f"{c.max_position_embeddings}")
+            raise ValueError(
+                f"forward: {state.pos} + {n} tokens exceed max_position_embeddings="
+                f"{c.max_position_embeddings}"
+            )
 
 
 def load_model(path: str | Path, weights: str = "q4_k") -> Model:

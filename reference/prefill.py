@@ -42,8 +42,10 @@ def chunk_width(model: Any, chunk_cap: int | None) -> int:
     if isinstance(chunk_cap, bool) or not isinstance(chunk_cap, int | np.integer) or chunk_cap < 1:
         raise PrefillError(f"chunk_cap must be an int >= 1, got {chunk_cap!r}")
     if not chunk_invariant(model) and chunk_cap % size:
-        raise PrefillError(f"chunk_cap {chunk_cap} is not a multiple of the model's chunk_size {size}: "
-                           "cuts off that grid would change the state bytes")
+        raise PrefillError(
+            f"chunk_cap {chunk_cap} is not a multiple of the model's chunk_size {size}: "
+            "cuts off that grid would change the state bytes"
+        )
     return int(chunk_cap)
 
 
@@ -81,8 +83,16 @@ class Prefill:
     mark.
     """
 
-    def __init__(self, model: Any, state: Any, prompt: tuple[int, ...], width: int, planned: tuple[int, ...],
-                 marks: frozenset[int], keep_logits: bool) -> None:
+    def __init__(
+        self,
+        model: Any,
+        state: Any,
+        prompt: tuple[int, ...],
+        width: int,
+        planned: tuple[int, ...],
+        marks: frozenset[int],
+        keep_logits: bool,
+    ) -> None:
         self.model = model
         self.state = state
         self.prompt = prompt
@@ -97,10 +107,17 @@ class Prefill:
         self.chunk_logits: list[np.ndarray] | None = [] if keep_logits else None
 
     @classmethod
-    def open(cls, model: Any, state: Any, prompt: Sequence[int], chunk_cap: int | None = None,
-             kept: KeptPrefix | Iterable[KeptPrefix] = (), marks: Iterable[int] = (),
-             starts: Iterable[int] = (),
-             keep_logits: bool = False) -> Prefill:
+    def open(
+        cls,
+        model: Any,
+        state: Any,
+        prompt: Sequence[int],
+        chunk_cap: int | None = None,
+        kept: KeptPrefix | Iterable[KeptPrefix] = (),
+        marks: Iterable[int] = (),
+        starts: Iterable[int] = (),
+        keep_logits: bool = False,
+    ) -> Prefill:
         """Plan a pass over `prompt` into `state`, which must already hold `prompt[:state.pos]`.
 
         kept: snapshots; the longest one that `prompt` strictly extends and that is ahead of `state` is
@@ -118,8 +135,10 @@ class Prefill:
             state.release()
             state = restored
         if not state.pos < len(tokens):
-            raise PrefillError(f"the state already holds {state.pos} tokens; a prompt of {len(tokens)} "
-                               "tokens must extend it by at least one")
+            raise PrefillError(
+                f"the state already holds {state.pos} tokens; a prompt of {len(tokens)} "
+                "tokens must extend it by at least one"
+            )
         return cls(model, state, tokens, width, planned, kept_at, keep_logits)
 
     @property
@@ -140,8 +159,9 @@ class Prefill:
             raise PrefillError(f"prefill of {len(self.prompt)} tokens is already done")
         if width is not None and chunk_invariant(self.model) and width != self.width:
             self.width = chunk_width(self.model, width)
-            self.cuts = self.cuts[:self.chunks_run] + plan_cuts(self.pos, len(self.prompt), self.width,
-                                                                self.planned)
+            self.cuts = self.cuts[: self.chunks_run] + plan_cuts(
+                self.pos, len(self.prompt), self.width, self.planned
+            )
         start, end = self.pos, self.cuts[self.chunks_run]
         # [end - start, vocab]
         logits = self.model.forward(np.asarray(self.prompt[start:end], np.int64), self.state)
@@ -167,7 +187,7 @@ class Prefill:
         return True
 
     def remaining_cuts(self) -> tuple[int, ...]:
-        return self.cuts[self.chunks_run:]
+        return self.cuts[self.chunks_run :]
 
 
 def _tokens(prompt: Sequence[int], vocab: int) -> tuple[int, ...]:

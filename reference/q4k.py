@@ -97,8 +97,9 @@ def make_qkx2_quants(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np
         scale = np.float32(1.0) / iscale
         # The winning step's iscale and min; its L is recomputed once at the end instead of copied per step.
         best_iscale, best_vmin = iscale, vmin
-        best_error = _weighted_sq_error(x, weights, _quant_levels(x, vmin, iscale, xmin, vmax, flat, laux),
-                                        scale, vmin, buf)
+        best_error = _weighted_sq_error(
+            x, weights, _quant_levels(x, vmin, iscale, xmin, vmax, flat, laux), scale, vmin, buf
+        )
         for step in range(NSTEP + 1):
             # (rmin + rdelta*is + nmax) / (max - min); `min` is the best min so far, as in the C loop.
             iscale = (RMIN + RDELTA * np.float32(step) + np.float32(NMAX)) / (vmax - vmin)
@@ -129,8 +130,15 @@ def make_qkx2_quants(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np
     return L, scale, -vmin
 
 
-def _quant_levels(x: np.ndarray, vmin: np.ndarray, iscale: np.ndarray, xmin: np.ndarray, vmax: np.ndarray,
-                  flat: np.ndarray, out: np.ndarray) -> np.ndarray:  # f32[32,S], f32[S]x4, bool[S] -> [32,S]
+def _quant_levels(
+    x: np.ndarray,
+    vmin: np.ndarray,
+    iscale: np.ndarray,
+    xmin: np.ndarray,
+    vmax: np.ndarray,
+    flat: np.ndarray,
+    out: np.ndarray,
+) -> np.ndarray:  # f32[32,S], f32[S]x4, bool[S] -> [32,S]
     """MAX(0, MIN(nmax, nearest_int(iscale*(x[i] - min)))) of make_qkx2_quants, into out."""
     np.subtract(x, vmin, out=out)
     out *= iscale
@@ -141,8 +149,9 @@ def _quant_levels(x: np.ndarray, vmin: np.ndarray, iscale: np.ndarray, xmin: np.
     return _round_clip(out, bound)
 
 
-def _weighted_sq_error(x: np.ndarray, weights: np.ndarray, L: np.ndarray, scale: np.ndarray, vmin: np.ndarray,
-                       buf: np.ndarray) -> np.ndarray:  # f32[32, S] x 3, f32[S] x 2 -> f32[S]
+def _weighted_sq_error(
+    x: np.ndarray, weights: np.ndarray, L: np.ndarray, scale: np.ndarray, vmin: np.ndarray, buf: np.ndarray
+) -> np.ndarray:  # f32[32, S] x 3, f32[S] x 2 -> f32[S]
     """sum of w * diff*diff with diff = scale * L[i] + min - x[i], in make_qkx2_quants' order."""
     diff = np.multiply(L, scale, out=buf)
     diff += vmin
@@ -274,13 +283,17 @@ class Q4_K:
         x = _check_floats(x, "x", ndim=2)
         rows, cols = x.shape
         _check_cols(cols, f"x of shape {x.shape}")
-        q = np.empty((rows, cols // QK_K * BLOCK_BYTES), dtype=np.uint8)  # owns its bytes: matmul can cache it
+        q = np.empty(
+            (rows, cols // QK_K * BLOCK_BYTES), dtype=np.uint8
+        )  # owns its bytes: matmul can cache it
         q.reshape(-1, BLOCK_BYTES)[...] = quantize_blocks(x.reshape(-1, QK_K))
         row = _first_nonfinite_row(q)
         if row is not None:
-            raise ValueError(f"Q4_K.quantize: x of shape {x.shape} is too large for Q4_K's fp16 scales (d or "
-                             f"dmin overflows past 65504), first in row {row}: "
-                             f"max |x| {np.abs(x[row]).max():g}")
+            raise ValueError(
+                f"Q4_K.quantize: x of shape {x.shape} is too large for Q4_K's fp16 scales (d or "
+                f"dmin overflows past 65504), first in row {row}: "
+                f"max |x| {np.abs(x[row]).max():g}"
+            )
         return q
 
     @classmethod
@@ -307,8 +320,10 @@ class Q4_K:
         x = _check_floats(x, "x", ndim=2)
         nb = q.shape[1] // BLOCK_BYTES
         if x.shape[1] != nb * QK_K:
-            raise ValueError(f"Q4_K.matmul: x has {x.shape[1]} columns but the weights of shape {q.shape} "
-                             f"hold {nb * QK_K} per row")
+            raise ValueError(
+                f"Q4_K.matmul: x has {x.shape[1]} columns but the weights of shape {q.shape} "
+                f"hold {nb * QK_K} per row"
+            )
         return _matmul(q, x, _unpacked(q))
 
     @classmethod
@@ -332,8 +347,11 @@ class Unpacked:
         d, dmin, scales, qs = split_blocks(blocks)
         sc, m = unpack_scales(scales)
         scq = unpack_qs(qs).astype(np.int16) * sc.astype(np.int16)[:, :, None]  # [rows*nb, 8, 32]
-        return cls(scq=scq.reshape(rows, nb, QK_K), d=d.reshape(rows, nb),
-                   dm=(dmin[:, None] * m.astype(np.float32)).reshape(rows, nb * N_SUB))
+        return cls(
+            scq=scq.reshape(rows, nb, QK_K),
+            d=d.reshape(rows, nb),
+            dm=(dmin[:, None] * m.astype(np.float32)).reshape(rows, nb * N_SUB),
+        )
 
     def rows(self, r0: int, r1: int) -> Unpacked:
         return Unpacked(self.scq[r0:r1], self.d[r0:r1], self.dm[r0:r1])

@@ -29,8 +29,16 @@ class PagePool:
     of raising PoolExhausted.
     """
 
-    def __init__(self, n_pages: int, page_size: int, n_attn_layers: int, n_kv_heads: int, head_dim: int,
-                 *, growable: bool = False) -> None:
+    def __init__(
+        self,
+        n_pages: int,
+        page_size: int,
+        n_attn_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        *,
+        growable: bool = False,
+    ) -> None:
         for name, value in (("n_pages", n_pages), ("page_size", page_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"PagePool: {name} must be an int >= 1, got {value!r}")
@@ -53,7 +61,9 @@ class PagePool:
     def alloc(self) -> int:
         if not self._free:
             if not self.growable:
-                raise PoolExhausted(f"PagePool: all {self.n_pages} pages of {self.page_size} tokens are in use")
+                raise PoolExhausted(
+                    f"PagePool: all {self.n_pages} pages of {self.page_size} tokens are in use"
+                )
             self._grow()
         page = heapq.heappop(self._free)
         self._used.add(page)
@@ -117,8 +127,8 @@ class StreamState:
             p = start + t
             page, slot = self.pages[p // size], p % size
             n = min(size - slot, len(k) - t)
-            self.pool.k[page, layer, slot:slot + n] = k[t:t + n]
-            self.pool.v[page, layer, slot:slot + n] = v[t:t + n]
+            self.pool.k[page, layer, slot : slot + n] = k[t : t + n]
+            self.pool.v[page, layer, slot : slot + n] = v[t : t + n]
             t += n
 
     def read_kv(self, layer: int, end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -155,8 +165,15 @@ class StreamState:
         Page ids never appear, so two streams with equal content but different pages serialise equally.
         """
         arrays = self.arrays()
-        header = struct.pack("<4sIQIII", STATE_MAGIC, STATE_VERSION, self.pos, self.pool.page_shape[0],
-                             len(self.conv), len(self.recurrent))
+        header = struct.pack(
+            "<4sIQIII",
+            STATE_MAGIC,
+            STATE_VERSION,
+            self.pos,
+            self.pool.page_shape[0],
+            len(self.conv),
+            len(self.recurrent),
+        )
         return header + b"".join(_le_f32(a) for a in arrays)
 
     def arrays(self) -> list[np.ndarray]:

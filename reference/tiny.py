@@ -84,8 +84,11 @@ def write_tiny(directory: Path, seed: int, raw_config: dict[str, Any] | None = N
     (directory / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n")
     tensors = tiny_tensors(config, seed)
     # one metadata key only: safetensors writes metadata in hash order, and the file's bytes must be reproducible
-    save_file({k: v.astype(np.float16) for k, v in tensors.items()}, str(directory / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k: v.astype(np.float16) for k, v in tensors.items()},
+        str(directory / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
 
 
 def tiny_tensors(config: Config, seed: int) -> dict[str, np.ndarray]:

@@ -44,7 +44,6 @@ class Dense:
     def dense(self) -> np.ndarray:
         return self.w
 
-
     def row_slice(self, start: int, stop: int) -> Dense:  # a view: no copy
         return Dense(self.w[start:stop])
 
@@ -87,7 +86,9 @@ class GDNWeights:  # Qwen3_5GatedDeltaNet
     A_log: np.ndarray  # f32[Hv]
     norm: np.ndarray  # f32[dv], gated RMSNorm weight used as is
     out_proj: Linear  # [hidden, Hv dv]
-    in_proj: Linear  # the four in_proj_* stacked by rows (qkv | z | b | a): one matmul; the fields above are views
+    in_proj: (
+        Linear  # the four in_proj_* stacked by rows (qkv | z | b | a): one matmul; the fields above are views
+    )
 
 
 @dataclass(slots=True)
@@ -131,24 +132,36 @@ def expected_shapes(c: Config) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (c.vocab_size, h), "norm.weight": (h,)}
     for i, kind in enumerate(c.layer_types):
         p = f"layers.{i}."
-        shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-                   p + "mlp.gate_proj.weight": (c.intermediate_size, h),
-                   p + "mlp.up_proj.weight": (c.intermediate_size, h),
-                   p + "mlp.down_proj.weight": (h, c.intermediate_size)}
+        shapes |= {
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+            p + "mlp.gate_proj.weight": (c.intermediate_size, h),
+            p + "mlp.up_proj.weight": (c.intermediate_size, h),
+            p + "mlp.down_proj.weight": (h, c.intermediate_size),
+        }
         if kind == "linear_attention":
             a, hv = p + "linear_attn.", c.linear_num_value_heads
-            shapes |= {a + "in_proj_qkv.weight": (2 * kd + c.value_dim, h), a + "in_proj_z.weight": (c.value_dim, h),
-                       a + "in_proj_b.weight": (hv, h), a + "in_proj_a.weight": (hv, h),
-                       a + "conv1d.weight": (c.conv_dim, 1, c.linear_conv_kernel_dim), a + "dt_bias": (hv,),
-                       a + "A_log": (hv,), a + "norm.weight": (c.linear_value_head_dim,),
-                       a + "out_proj.weight": (h, c.value_dim)}
+            shapes |= {
+                a + "in_proj_qkv.weight": (2 * kd + c.value_dim, h),
+                a + "in_proj_z.weight": (c.value_dim, h),
+                a + "in_proj_b.weight": (hv, h),
+                a + "in_proj_a.weight": (hv, h),
+                a + "conv1d.weight": (c.conv_dim, 1, c.linear_conv_kernel_dim),
+                a + "dt_bias": (hv,),
+                a + "A_log": (hv,),
+                a + "norm.weight": (c.linear_value_head_dim,),
+                a + "out_proj.weight": (h, c.value_dim),
+            }
         else:
             a, hd = p + "self_attn.", c.head_dim
-            shapes |= {a + "q_proj.weight": (c.num_attention_heads * hd * 2, h),
-                       a + "k_proj.weight": (c.num_key_value_heads * hd, h),
-                       a + "v_proj.weight": (c.num_key_value_heads * hd, h),
-                       a + "o_proj.weight": (h, c.num_attention_heads * hd),
-                       a + "q_norm.weight": (hd,), a + "k_norm.weight": (hd,)}
+            shapes |= {
+                a + "q_proj.weight": (c.num_attention_heads * hd * 2, h),
+                a + "k_proj.weight": (c.num_key_value_heads * hd, h),
+                a + "v_proj.weight": (c.num_key_value_heads * hd, h),
+                a + "o_proj.weight": (h, c.num_attention_heads * hd),
+                a + "q_norm.weight": (hd,),
+                a + "k_norm.weight": (hd,),
+            }
     return shapes
 
 
@@ -173,10 +186,14 @@ def read_tensors(path: Path, config: Config) -> dict[str, np.ndarray]:
                     if name in tensors:
                         raise WeightsError(f"{file}: tensor {key!r} appears twice in the checkpoint")
                     if name not in expected and name != "lm_head.weight":
-                        raise WeightsError(f"{file}: unexpected tensor {key!r} (not part of this config's model)")
+                        raise WeightsError(
+                            f"{file}: unexpected tensor {key!r} (not part of this config's model)"
+                        )
                     dtype = f.get_slice(key).get_dtype()
                     if dtype not in DTYPES:
-                        raise WeightsError(f"{file}: tensor {key!r} has dtype {dtype}; supported: {sorted(DTYPES)}")
+                        raise WeightsError(
+                            f"{file}: tensor {key!r} has dtype {dtype}; supported: {sorted(DTYPES)}"
+                        )
                     tensors[name] = np.asarray(f.get_tensor(key), dtype=np.float32)
         except SafetensorError as e:
             raise WeightsError(f"{file}: not a readable safetensors file ({e})") from None
@@ -198,8 +215,9 @@ def load_weights(path: Path, config: Config, weights: str = "q4_k") -> Weights:
         if name not in tensors:
             raise WeightsError(f"{path}: missing tensor {name!r} (expected shape {list(shape)})")
         if tensors[name].shape != shape:
-            raise WeightsError(f"{path}: tensor {name!r} has shape {list(tensors[name].shape)}, "
-                               f"expected {list(shape)}")
+            raise WeightsError(
+                f"{path}: tensor {name!r} has shape {list(tensors[name].shape)}, expected {list(shape)}"
+            )
         if not np.isfinite(tensors[name]).all():
             raise WeightsError(f"{path}: tensor {name!r} holds NaN or inf")
     return _assemble(tensors, config, quantize=weights == "q4_k")
@@ -223,24 +241,45 @@ def _assemble(t: dict[str, np.ndarray], c: Config, quantize: bool) -> Weights:
             a = p + "linear_attn."
             in_proj, qkv, z, b, a_ = stacked(*(a + f"in_proj_{n}.weight" for n in ("qkv", "z", "b", "a")))
             mixer = GDNWeights(
-                in_proj_qkv=qkv, in_proj_z=z, in_proj_b=b, in_proj_a=a_,
-                conv1d=t[a + "conv1d.weight"][:, 0, :].copy(), dt_bias=t[a + "dt_bias"], A_log=t[a + "A_log"],
-                norm=t[a + "norm.weight"], out_proj=linear(a + "out_proj.weight"), in_proj=in_proj)
+                in_proj_qkv=qkv,
+                in_proj_z=z,
+                in_proj_b=b,
+                in_proj_a=a_,
+                conv1d=t[a + "conv1d.weight"][:, 0, :].copy(),
+                dt_bias=t[a + "dt_bias"],
+                A_log=t[a + "A_log"],
+                norm=t[a + "norm.weight"],
+                out_proj=linear(a + "out_proj.weight"),
+                in_proj=in_proj,
+            )
         else:
             a = p + "self_attn."
             qkv_proj, q, k, v = stacked(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight")
-            mixer = AttentionWeights(q_proj=q, k_proj=k, v_proj=v, o_proj=linear(a + "o_proj.weight"),
-                                     q_norm=t[a + "q_norm.weight"], k_norm=t[a + "k_norm.weight"],
-                                     qkv_proj=qkv_proj)
+            mixer = AttentionWeights(
+                q_proj=q,
+                k_proj=k,
+                v_proj=v,
+                o_proj=linear(a + "o_proj.weight"),
+                q_norm=t[a + "q_norm.weight"],
+                k_norm=t[a + "k_norm.weight"],
+                qkv_proj=qkv_proj,
+            )
         gate_up, gate, up = stacked(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
-        mlp = MLPWeights(gate_proj=gate, up_proj=up, down_proj=linear(p + "mlp.down_proj.weight"),
-                         gate_up_proj=gate_up)
-        layers.append(LayerWeights(input_layernorm=t[p + "input_layernorm.weight"],
-                                   post_attention_layernorm=t[p + "post_attention_layernorm.weight"],
-                                   mixer=mixer, mlp=mlp))
+        mlp = MLPWeights(
+            gate_proj=gate, up_proj=up, down_proj=linear(p + "mlp.down_proj.weight"), gate_up_proj=gate_up
+        )
+        layers.append(
+            LayerWeights(
+                input_layernorm=t[p + "input_layernorm.weight"],
+                post_attention_layernorm=t[p + "post_attention_layernorm.weight"],
+                mixer=mixer,
+                mlp=mlp,
+            )
+        )
     head = "embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"
-    return Weights(embed_tokens=t["embed_tokens.weight"], layers=layers, norm=t["norm.weight"],
-                   lm_head=linear(head))
+    return Weights(
+        embed_tokens=t["embed_tokens.weight"], layers=layers, norm=t["norm.weight"], lm_head=linear(head)
+    )
 
 
 def dense_state_dict(w: Weights, c: Config) -> dict[str, np.ndarray]:
@@ -261,10 +300,16 @@ def dense_state_dict(w: Weights, c: Config) -> dict[str, np.ndarray]:
         fields: dict[str, Any]
         if isinstance(m, GDNWeights):
             p += "linear_attn."
-            fields = {f"{n}.weight": getattr(m, n).dense()
-                      for n in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")}
-            fields |= {"conv1d.weight": m.conv1d[:, None, :], "dt_bias": m.dt_bias, "A_log": m.A_log,
-                       "norm.weight": m.norm}
+            fields = {
+                f"{n}.weight": getattr(m, n).dense()
+                for n in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+            }
+            fields |= {
+                "conv1d.weight": m.conv1d[:, None, :],
+                "dt_bias": m.dt_bias,
+                "A_log": m.A_log,
+                "norm.weight": m.norm,
+            }
         else:
             p += "self_attn."
             fields = {f"{n}.weight": getattr(m, n).dense() for n in ("q_proj", "k_proj", "v_proj", "o_proj")}
@@ -284,7 +329,7 @@ def _strip(key: str) -> str | None:
         return None
     for prefix in PREFIXES:
         if key.startswith(prefix):
-            return key[len(prefix):]
+            return key[len(prefix) :]
     return ""  # no known prefix: read_tensors reports it with the file name
 
 
@@ -292,5 +337,7 @@ def _q4k() -> Any:
     try:
         from reference.q4k import Q4_K
     except ImportError as e:
-        raise WeightsError(f"weights='q4_k' needs reference.q4k.Q4_K, which cannot be imported ({e})") from None
+        raise WeightsError(
+            f"weights='q4_k' needs reference.q4k.Q4_K, which cannot be imported ({e})"
+        ) from None
     return Q4_K

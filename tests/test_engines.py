@@ -1,4 +1,4 @@
-"""The engine protocol (falsify/protocol.py) and the deliberately broken adapter (falsify/adapters/broken.py).
+"""The engine protocol (falsify/engines/protocol.py) and the deliberately broken adapter (falsify/engines/adapters/broken.py).
 
 The broken adapter polls the cancel token after the decode forward, the bug apr-serve-cancellation-v1 was written
 against. The same falsifiers that pass on the reference engine must turn the gate red on it, naming
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import falsify
-from falsify.adapters.broken import BrokenEngine
-from falsify.engines import EngineError, load_engine
-from falsify.protocol import CAPABILITIES, Engine, missing
+from falsify.engines.adapters.broken import BrokenEngine
+from falsify.engines.loading import EngineError, load_engine
+from falsify.engines.protocol import CAPABILITIES, Engine, missing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def test_missing_names_what_an_engine_lacks() -> None:
 
 
 def test_broken_engine_offers_generate_only_and_says_why_not_the_rest() -> None:
-    engine = load_engine("falsify.adapters.broken:BrokenEngine")
+    engine = load_engine("falsify.engines.adapters.broken:BrokenEngine")
     assert isinstance(engine, BrokenEngine) and engine.name == "broken"
     assert engine.supports("generate") is None and missing(engine, "generate") == []
     for capability in ("quant", "model", "prefill", "lanes"):
@@ -90,7 +90,7 @@ def test_unknown_engine_is_a_clear_error() -> None:
     with pytest.raises(EngineError, match="unknown engine 'nope'"):
         load_engine("nope")
     with pytest.raises(EngineError, match="has no 'Missing'"):
-        load_engine("falsify.adapters.broken:Missing")
+        load_engine("falsify.engines.adapters.broken:Missing")
 
 
 def test_gate_fails_on_the_broken_engine_naming_the_emitted_minus_one_prediction(tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_gate_fails_on_the_broken_engine_naming_the_emitted_minus_one_prediction
             "falsify.cli",
             "gate",
             "--engine",
-            "falsify.adapters.broken:BrokenEngine",
+            "falsify.engines.adapters.broken:BrokenEngine",
             "--out",
             str(tmp_path),
             "--",

@@ -627,7 +627,7 @@ def test_killed_predictions_come_from_the_runners_status_reason(
 ) -> None:
     """`falsify mutants` names the predictions that turned red in statusReason; a failing test bound to several
     predictions must not credit the ones that held."""
-    from falsify.corpus import load_corpus
+    from falsify.contracts.corpus import load_corpus
     from falsify.evidence.mutation import outcomes
 
     root = built / "proj"

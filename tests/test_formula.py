@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from falsify.contracts.formula import is_prefix, parse
 from falsify.errors import FormulaError
-from falsify.formula import is_prefix, parse
 
 
 @pytest.mark.parametrize(

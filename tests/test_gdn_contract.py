@@ -22,7 +22,7 @@ def twin_inputs(seed: int, length: int, max_log_decay: float):  # type: ignore[n
     def unit(x: np.ndarray) -> np.ndarray:
         return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
-    q = (unit(rng.normal(size=(length, HK, DK))) * DK ** -0.5).astype(np.float32)
+    q = (unit(rng.normal(size=(length, HK, DK))) * DK**-0.5).astype(np.float32)
     k = unit(rng.normal(size=(length, HK, DK))).astype(np.float32)
     v = rng.normal(size=(length, HV, DV)).astype(np.float32)
     g = (-rng.uniform(0.0, max_log_decay, (length, HV))).astype(np.float32)
@@ -55,16 +55,26 @@ lengths = st.one_of(st.sampled_from([1, 2, 63, 64, 65, 75, 150, 500]), st.intege
 
 @pytest.mark.falsifies("FALSIFY-GDN-001")
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 2**16), length=lengths, chunk_size=st.integers(1, 128),
-       max_log_decay=st.sampled_from([0.0, 0.05, 1.0, 8.0]))
+@given(
+    seed=st.integers(0, 2**16),
+    length=lengths,
+    chunk_size=st.integers(1, 128),
+    max_log_decay=st.sampled_from([0.0, 0.05, 1.0, 8.0]),
+)
 def test_twins_agree(engine, seed: int, length: int, chunk_size: int, max_log_decay: float) -> None:
     kernels = engine.gdn_kernels()
     q, k, v, g, beta, s0 = twin_inputs(seed, length, max_log_decay)
     o_ref, _ = kernels.naive_recurrent_gated_delta_rule(q, k, v, g, beta, s0)
     o, _ = kernels.chunk_gated_delta_rule(q, k, v, g, beta, s0, chunk_size=chunk_size)
     assert o.shape == o_ref.shape == (length, HV, DV)
-    falsify.check("FALSIFY-GDN-001", out_diff=max_abs(o, o_ref), out_scale=float(np.abs(o_ref).max()),
-                  length=length, chunk_size=chunk_size, max_log_decay=max_log_decay)
+    falsify.check(
+        "FALSIFY-GDN-001",
+        out_diff=max_abs(o, o_ref),
+        out_scale=float(np.abs(o_ref).max()),
+        length=length,
+        chunk_size=chunk_size,
+        max_log_decay=max_log_decay,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-002")
@@ -75,8 +85,13 @@ def test_chunked_state_at_cut_is_recurrent_state(engine, seed: int, cut: int, ch
     q, k, v, g, beta, s0 = twin_inputs(seed, cut, 1.0)
     _, s_ref = kernels.naive_recurrent_gated_delta_rule(q, k, v, g, beta, s0)
     _, s = kernels.chunk_gated_delta_rule(q, k, v, g, beta, s0, chunk_size=chunk_size)
-    falsify.check("FALSIFY-GDN-002", state_diff=max_abs(s, s_ref), state_scale=float(np.abs(s_ref).max()),
-                  cut=cut, chunk_size=chunk_size)
+    falsify.check(
+        "FALSIFY-GDN-002",
+        state_diff=max_abs(s, s_ref),
+        state_scale=float(np.abs(s_ref).max()),
+        cut=cut,
+        chunk_size=chunk_size,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-002")
@@ -86,8 +101,13 @@ def test_chunked_state_at_odd_cuts(engine, cut: int) -> None:
     q, k, v, g, beta, s0 = twin_inputs(cut, cut, 0.05)
     _, s_ref = kernels.naive_recurrent_gated_delta_rule(q, k, v, g, beta, s0)
     _, s = kernels.chunk_gated_delta_rule(q, k, v, g, beta, s0, chunk_size=64)
-    falsify.check("FALSIFY-GDN-002", state_diff=max_abs(s, s_ref), state_scale=float(np.abs(s_ref).max()),
-                  cut=cut, chunk_size=64)
+    falsify.check(
+        "FALSIFY-GDN-002",
+        state_diff=max_abs(s, s_ref),
+        state_scale=float(np.abs(s_ref).max()),
+        cut=cut,
+        chunk_size=64,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-003")
@@ -111,7 +131,9 @@ def test_causality(engine, weights: str, length: int) -> None:
 def test_decay_in_unit_interval(model, length: int) -> None:
     decays = model.gdn_decays(prompt(length, seed=4))
     assert decays.size, "the model has no GDN layer to observe"
-    falsify.check("FALSIFY-GDN-004", min_decay=float(decays.min()), max_decay=float(decays.max()), length=length)
+    falsify.check(
+        "FALSIFY-GDN-004", min_decay=float(decays.min()), max_decay=float(decays.max()), length=length
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-005")
@@ -122,10 +144,14 @@ def test_prefill_equals_decode(engine, weights: str, length: int) -> None:
     whole = model.new_state()
     logits = model.forward(tokens, whole)
     stepped = model.new_state()
-    steps = np.concatenate([model.forward(tokens[i:i + 1], stepped) for i in range(length)])
+    steps = np.concatenate([model.forward(tokens[i : i + 1], stepped) for i in range(length)])
     assert whole.pos == stepped.pos == length
-    falsify.check("FALSIFY-GDN-005", logit_diff=max_abs(steps, logits), state_diff=state_diff(stepped, whole),
-                  length=length)
+    falsify.check(
+        "FALSIFY-GDN-005",
+        logit_diff=max_abs(steps, logits),
+        state_diff=state_diff(stepped, whole),
+        length=length,
+    )
 
 
 def run_split(model, tokens: np.ndarray, cuts: list[int]):  # type: ignore[no-untyped-def]
@@ -146,8 +172,13 @@ def test_split_at_chunk_cuts_is_byte_identical(engine, weights: str, length: int
     aligned = list(range(chunk, length, chunk))
     for cuts in ([aligned[0]] if aligned else [], aligned, aligned[1::2]):
         split, state = run_split(model, tokens, cuts)
-        falsify.check("FALSIFY-GDN-006", logit_diff=max_abs(split, logits),
-                      same_state=state.to_bytes() == whole.to_bytes(), length=length, cuts=cuts)
+        falsify.check(
+            "FALSIFY-GDN-006",
+            logit_diff=max_abs(split, logits),
+            same_state=state.to_bytes() == whole.to_bytes(),
+            length=length,
+            cuts=cuts,
+        )
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-007")
@@ -159,8 +190,13 @@ def test_split_anywhere_matches(model, length: int) -> None:
     rng = np.random.default_rng(length)
     for cuts in ([1], [length - 1], [3, 40], sorted(set(rng.integers(1, length, 5).tolist()))):
         split, state = run_split(model, tokens, cuts)
-        falsify.check("FALSIFY-GDN-007", logit_diff=max_abs(split, logits), state_diff=state_diff(state, whole),
-                      length=length, cuts=cuts)
+        falsify.check(
+            "FALSIFY-GDN-007",
+            logit_diff=max_abs(split, logits),
+            state_diff=state_diff(state, whole),
+            length=length,
+            cuts=cuts,
+        )
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-008")
@@ -168,7 +204,7 @@ def test_split_anywhere_matches(model, length: int) -> None:
 @given(data=st.data())
 def test_bad_token_id(model, data) -> None:  # type: ignore[no-untyped-def]
     vocab = model.config.vocab_size
-    bad_id = data.draw(st.one_of(st.integers(-2**31, -1), st.integers(vocab, 2**31)), label="bad_id")
+    bad_id = data.draw(st.one_of(st.integers(-(2**31), -1), st.integers(vocab, 2**31)), label="bad_id")
     position = data.draw(st.integers(0, 74), label="position")
     state = model.new_state()
     model.forward(prompt(20, seed=8), state)
@@ -181,6 +217,11 @@ def test_bad_token_id(model, data) -> None:  # type: ignore[no-untyped-def]
         raised, message = True, str(e)
     else:
         raised, message = False, ""
-    falsify.check("FALSIFY-GDN-008", raised=raised,
-                  names_token=str(bad_id) in message and f"position {position}" in message,
-                  state_unchanged=state.to_bytes() == before, bad_id=bad_id, position=position)
+    falsify.check(
+        "FALSIFY-GDN-008",
+        raised=raised,
+        names_token=str(bad_id) in message and f"position {position}" in message,
+        state_unchanged=state.to_bytes() == before,
+        bad_id=bad_id,
+        position=position,
+    )

@@ -1,4 +1,4 @@
-"""The HF transformers adapter (falsify/adapters/hf.py) and the findings of both serving contracts on it.
+"""The HF transformers adapter (falsify/engines/adapters/hf.py) and the findings of both serving contracts on it.
 
 tox -e oracle: needs torch and transformers; skipped cleanly without them. The findings pinned here were measured
 on transformers 5.24 / torch 2.13 CPU (one thread); a changed finding fails with the old and new value side by side.
@@ -20,9 +20,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import falsify.plugin  # noqa: E402  (after the importorskips: the module is only useful with torch)
-from falsify.adapters.hf import HFEngine, HFModel  # noqa: E402
-from falsify.protocol import Engine, missing  # noqa: E402
+import falsify.harness.plugin  # noqa: E402  (after the importorskips: the module is only useful with torch)
+from falsify.engines.adapters.hf import HFEngine, HFModel  # noqa: E402
+from falsify.engines.protocol import Engine, missing  # noqa: E402
 
 pytestmark = pytest.mark.oracle
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def test_state_bytes_are_deterministic_and_a_copy_is_independent(model: HFModel)
 
 def test_greedy_tokens_equal_the_reference_engine(hf: HFEngine, model: HFModel) -> None:
     """Same checkpoint, two engines: greedy decoding agrees token for token (logits agree to ~1e-5)."""
-    from falsify.engines import load_engine
+    from falsify.engines.loading import load_engine
 
     reference = load_engine("reference")
     for seed in range(3):
@@ -187,7 +187,7 @@ def test_gate_on_hf_reports_the_measured_findings(tmp_path: Path) -> None:
     rows = {r["id"]: r for r in json.loads((tmp_path / "gate.json").read_text())["predictions"]}
     got = {pid: rows[pid]["outcome"] for pid in [*CANCEL, *PREFILL, *LANES]}
     # The prefill half runs on an engine without lanes only if the plugin honours falsifies(..., requires=[...]).
-    narrowing = hasattr(falsify.plugin, "marked_requires")
+    narrowing = hasattr(falsify.harness.plugin, "marked_requires")
     expected = CANCEL | (PREFILL if narrowing else dict.fromkeys(PREFILL, "NOT APPLICABLE"))
     expected |= dict.fromkeys(LANES, "NOT APPLICABLE")
     assert got == expected, {pid: (got[pid], expected[pid]) for pid in got if got[pid] != expected[pid]}

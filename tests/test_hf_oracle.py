@@ -33,11 +33,13 @@ def _one_thread():  # type: ignore[no-untyped-def]
 
 
 def hf_model(path: Path, state_dict: dict[str, np.ndarray] | None = None):  # type: ignore[no-untyped-def]
-    model = transformers.Qwen3_5ForCausalLM.from_pretrained(str(path), dtype=torch.float32,
-                                                             attn_implementation="eager")
+    model = transformers.Qwen3_5ForCausalLM.from_pretrained(
+        str(path), dtype=torch.float32, attn_implementation="eager"
+    )
     if state_dict is not None:
-        missing, unexpected = model.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v))
-                                                     for k, v in state_dict.items()}, strict=False)
+        missing, unexpected = model.load_state_dict(
+            {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state_dict.items()}, strict=False
+        )
         assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
     return model.eval()
 
@@ -51,7 +53,9 @@ def hf_logits(model, tokens: np.ndarray, cache=None) -> np.ndarray:  # type: ign
 def report(what: str, ours: np.ndarray, theirs: np.ndarray) -> float:
     err = float(np.abs(ours.astype(np.float64) - theirs).max())
     scale = float(np.abs(theirs).max())
-    print(f"\n{what}: max-abs {err:.3g} on logits up to {scale:.3g} (ratio {err / scale:.3g}); tolerance {TOLERANCE}")
+    print(
+        f"\n{what}: max-abs {err:.3g} on logits up to {scale:.3g} (ratio {err / scale:.3g}); tolerance {TOLERANCE}"
+    )
     return err
 
 
@@ -78,7 +82,9 @@ def test_q4k_logits_match_hf_on_dequantized_weights(path: Path) -> None:
     err = report("q4_k vs HF on dequantized weights", ours.forward(tokens, ours.new_state()), theirs)
     assert err <= TOLERANCE
     # and the quantization itself moved the logits far more than that: the comparison is not vacuous
-    assert report("q4_k vs HF on the f16 weights", theirs, hf_logits(hf_model(path), tokens)) > 100 * TOLERANCE
+    assert (
+        report("q4_k vs HF on the f16 weights", theirs, hf_logits(hf_model(path), tokens)) > 100 * TOLERANCE
+    )
 
 
 @pytest.mark.parametrize("cut", [64, 97])
@@ -104,20 +110,31 @@ def test_decode_steps_match_hf(path: Path) -> None:
     mine = [ours.forward(tokens[:PROMPT], state)]
     theirs = [hf_logits(hf, tokens[:PROMPT], cache)]
     for t in range(PROMPT, len(tokens)):
-        mine.append(ours.forward(tokens[t:t + 1], state))
-        theirs.append(hf_logits(hf, tokens[t:t + 1], cache))
-    assert report("f32 prefill + 12 decode steps vs HF", np.concatenate(mine), np.concatenate(theirs)) <= TOLERANCE
+        mine.append(ours.forward(tokens[t : t + 1], state))
+        theirs.append(hf_logits(hf, tokens[t : t + 1], cache))
+    assert (
+        report("f32 prefill + 12 decode steps vs HF", np.concatenate(mine), np.concatenate(theirs))
+        <= TOLERANCE
+    )
 
 
 def test_variant_config_matches_hf(tmp_path: Path) -> None:
     """Tied embeddings, Hv == Hk, full RoPE, another layer order and kernel: the mapping is not tuned to one shape."""
-    config = {**TINY_CONFIG, "tie_word_embeddings": True, "linear_num_value_heads": 2, "linear_value_head_dim": 128,
-              "linear_conv_kernel_dim": 3, "num_key_value_heads": 1,
-              "layer_types": ["full_attention", "linear_attention", "full_attention", "linear_attention"],
-              "rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0}}
+    config = {
+        **TINY_CONFIG,
+        "tie_word_embeddings": True,
+        "linear_num_value_heads": 2,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 3,
+        "num_key_value_heads": 1,
+        "layer_types": ["full_attention", "linear_attention", "full_attention", "linear_attention"],
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 1.0},
+    }
     write_tiny(tmp_path, seed=7, raw_config=config)
     assert json.loads((tmp_path / "config.json").read_text())["tie_word_embeddings"] is True
     ours: Model = load_model(tmp_path, "f32")
     tokens = prompt(seed=4)
-    err = report("variant f32 vs HF", ours.forward(tokens, ours.new_state()), hf_logits(hf_model(tmp_path), tokens))
+    err = report(
+        "variant f32 vs HF", ours.forward(tokens, ours.new_state()), hf_logits(hf_model(tmp_path), tokens)
+    )
     assert err <= TOLERANCE

@@ -97,8 +97,13 @@ def test_decode_waits_at_most_one_chunk(engine: Any, model: Any, prompt_len: int
         elif state is a_state:
             prefill_between += n
     between.append(prefill_between)
-    falsify.check("FALSIFY-SERVE-PREFILL-004", prompt_len=prompt_len, chunk_cap=chunk_cap,
-                  gaps=host.decode_gaps(b), max_prefill_between=max(between))
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-004",
+        prompt_len=prompt_len,
+        chunk_cap=chunk_cap,
+        gaps=host.decode_gaps(b),
+        max_prefill_between=max(between),
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-005")
@@ -113,8 +118,15 @@ def test_leaving_mid_pass_returns_the_lane(engine: Any, model: Any, leave_round:
     held = baseline_free - host.pool()[0]
     host.leave(a)
     free, used, total = host.pool()
-    falsify.check("FALSIFY-SERVE-PREFILL-005", leave_round=leave_round, held=held,
-                  baseline_free=baseline_free, free=free, used=used, total=total)
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-005",
+        leave_round=leave_round,
+        held=held,
+        baseline_free=baseline_free,
+        free=free,
+        used=used,
+        total=total,
+    )
     assert other in host.streams()
 
 
@@ -132,14 +144,24 @@ def run_pair(engine: Any, model: Any, at_round: int | None, action: str) -> tupl
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-006")
-@pytest.mark.parametrize(("at_round", "action"), [(0, "cancel"), (2, "cancel"), (6, "cancel"), (1, "leave"),
-                                                  (5, "leave"), (9, "leave")])
+@pytest.mark.parametrize(
+    ("at_round", "action"),
+    [(0, "cancel"), (2, "cancel"), (6, "cancel"), (1, "leave"), (5, "leave"), (9, "leave")],
+)
 def test_cancel_or_leave_of_a_never_changes_b(engine: Any, model: Any, at_round: int, action: str) -> None:
     ref_tokens, ref_forwards, ref_state = run_pair(engine, model, None, action)
     tokens, forwards, state = run_pair(engine, model, at_round, action)
-    falsify.check("FALSIFY-SERVE-PREFILL-006", at_round=at_round, action=action,
-                  b_tokens=tokens, b_tokens_ref=ref_tokens, b_forwards=forwards, b_forwards_ref=ref_forwards,
-                  b_state=state, b_state_ref=ref_state)
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-006",
+        at_round=at_round,
+        action=action,
+        b_tokens=tokens,
+        b_tokens_ref=ref_tokens,
+        b_forwards=forwards,
+        b_forwards_ref=ref_forwards,
+        b_state=state,
+        b_state_ref=ref_state,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-007")
@@ -150,8 +172,12 @@ def test_shared_tokens_equal_alone(engine: Any, model: Any, alone: Any, n_stream
     ids = [host.submit(p, k) for p, k in jobs]
     host.run()
     for sid, (p, k) in zip(ids, jobs, strict=True):
-        falsify.check("FALSIFY-SERVE-PREFILL-007", n_streams=n_streams, shared_tokens=host.tokens(sid),
-                      alone_tokens=alone(p, k))
+        falsify.check(
+            "FALSIFY-SERVE-PREFILL-007",
+            n_streams=n_streams,
+            shared_tokens=host.tokens(sid),
+            alone_tokens=alone(p, k),
+        )
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-008", "FALSIFY-SERVE-PREFILL-009", "FALSIFY-SERVE-PREFILL-010")
@@ -161,8 +187,9 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any) -> None:
     class LaneHostMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.host = engine.lane_host(model, chunk_cap=64, pages=pages, page_size=PAGE_SIZE,
-                                         max_streams=max_streams)
+            self.host = engine.lane_host(
+                model, chunk_cap=64, pages=pages, page_size=PAGE_SIZE, max_streams=max_streams
+            )
             self.jobs: dict[int, tuple[list[int], int]] = {}
             self.waited: dict[int, int] = {}  # rounds a prefilling stream has gone without a chunk
             self.most_held = 0
@@ -219,16 +246,25 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any) -> None:
         def no_starved_stream(self) -> None:
             max_wait = max([self.waited[s] for s in self.jobs if self.phase(s) == "prefill"], default=0)
             gaps = [g for s in self.jobs for g in self.host.decode_gaps(s)]
-            falsify.check("FALSIFY-SERVE-PREFILL-009", gaps=gaps, max_wait=max_wait,
-                          streams=max(self.most_held, 1))
+            falsify.check(
+                "FALSIFY-SERVE-PREFILL-009", gaps=gaps, max_wait=max_wait, streams=max(self.most_held, 1)
+            )
 
         @invariant()
         def tokens_and_forwards(self) -> None:
             for sid, (p, k) in self.jobs.items():
                 stats = self.host.stats(sid)
-                falsify.check("FALSIFY-SERVE-PREFILL-010", shared_tokens=self.host.tokens(sid),
-                              alone_tokens=alone(p, k), emitted=stats.emitted,
-                              decode_forwards=stats.decode_forwards)
+                falsify.check(
+                    "FALSIFY-SERVE-PREFILL-010",
+                    shared_tokens=self.host.tokens(sid),
+                    alone_tokens=alone(p, k),
+                    emitted=stats.emitted,
+                    decode_forwards=stats.decode_forwards,
+                )
 
-    run_state_machine_as_test(LaneHostMachine, settings=settings(
-        max_examples=12, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)))
+    run_state_machine_as_test(
+        LaneHostMachine,
+        settings=settings(
+            max_examples=12, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)
+        ),
+    )

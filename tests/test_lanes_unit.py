@@ -46,7 +46,7 @@ class Toy:
         state.reserve(state.pos + len(tokens))
         rows = []
         for s in range(0, len(tokens), self.config.chunk_size):
-            x = (tokens[s:s + self.config.chunk_size].astype(np.float32) + 1) / np.float32(7)  # [C]
+            x = (tokens[s : s + self.config.chunk_size].astype(np.float32) + 1) / np.float32(7)  # [C]
             kv = np.stack([x, x * x], -1)[:, None, :]  # [C, 1, 2]
             state.write_kv(0, state.pos, kv, -kv)
             state.conv[0] = np.concatenate([state.conv[0], np.stack([x, -x])], 1)[:, -3:]
@@ -277,11 +277,12 @@ class LaneMachine(RuleBasedStateMachine):
         for sid, (p, k) in self.jobs.items():
             stats = self.host.stats(sid)
             want = alone(self.model, p, k)
-            assert self.host.tokens(sid) == want[:stats.emitted]
+            assert self.host.tokens(sid) == want[: stats.emitted]
             if stats.emitted:
                 assert stats.decode_forwards == stats.emitted - 1
 
 
 TestLaneMachine = LaneMachine.TestCase
-TestLaneMachine.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
-                                    suppress_health_check=[HealthCheck.too_slow])
+TestLaneMachine.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from falsify.corpus import load_corpus
+from falsify.contracts.corpus import load_corpus
 
 FIXTURES = Path(__file__).parent / "fixtures" / "contracts"
 BAD = sorted((FIXTURES / "bad").glob("*.yaml"))

@@ -25,12 +25,15 @@ def test_forward_shapes_dtype_and_positions(model) -> None:  # type: ignore[no-u
     assert empty.shape == (0, model.config.vocab_size) and state.pos == 10
 
 
-@pytest.mark.parametrize(("tokens", "message"), [
-    ([[1, 2]], "1-D sequence"),
-    ([1.5, 2.0], "integer ids"),
-    ([1, 2, -1], "token id -1 at position 2"),
-    ([0, 512], "token id 512 at position 1"),
-])
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        ([[1, 2]], "1-D sequence"),
+        ([1.5, 2.0], "integer ids"),
+        ([1, 2, -1], "token id -1 at position 2"),
+        ([0, 512], "token id 512 at position 1"),
+    ],
+)
 def test_bad_tokens_are_named(model, tokens, message: str) -> None:  # type: ignore[no-untyped-def]
     state = model.new_state()
     model.forward([3, 4], state)
@@ -107,9 +110,9 @@ def test_attention_is_causal_gqa_softmax() -> None:
     for t in range(T):
         for h in range(nh):
             g = h // (nh // nkv)
-            s = k[:start + t + 1, g] @ q[t, h] / np.sqrt(hd)
+            s = k[: start + t + 1, g] @ q[t, h] / np.sqrt(hd)
             p = np.exp(s - s.max())
-            assert np.allclose(got[t, h], (p / p.sum()) @ v[:start + t + 1, g], atol=1e-5)
+            assert np.allclose(got[t, h], (p / p.sum()) @ v[: start + t + 1, g], atol=1e-5)
 
 
 def test_conv_state_holds_the_last_k_inputs() -> None:
@@ -120,7 +123,7 @@ def test_conv_state_holds_the_last_k_inputs() -> None:
     y, state = causal_conv1d(x, np.zeros((D, K), np.float32), w)
     padded = np.concatenate([np.zeros((K - 1, D), np.float32), x])
     for t in range(T):
-        assert np.allclose(y[t], (padded[t:t + K] * w.T).sum(0), atol=1e-5)
+        assert np.allclose(y[t], (padded[t : t + K] * w.T).sum(0), atol=1e-5)
     assert np.array_equal(state, x[-K:].T)
     y1, s1 = causal_conv1d(x[:6], np.zeros((D, K), np.float32), w)  # the same in two calls
     y2, s2 = causal_conv1d(x[6:], s1, w)

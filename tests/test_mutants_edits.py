@@ -1,4 +1,4 @@
-"""The libcst operators of falsify.mutants.edits: every operator's own (before, after) examples, and the ways a
+"""The libcst operators of falsify.mutation.semantic.edits: every operator's own (before, after) examples, and the ways a
 mutant goes STALE or is malformed. One test per example, named from the operator (cosmic-ray style)."""
 
 from __future__ import annotations
@@ -8,10 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from falsify.mutants.edits import OPERATORS, Edit, MutantSpecError, StaleMutant, apply, header, tokens
+from falsify.mutation.semantic.edits import (
+    OPERATORS,
+    Edit,
+    MutantSpecError,
+    StaleMutant,
+    apply,
+    header,
+    tokens,
+)
 
-EXAMPLES = [pytest.param(op, ex, id=f"{name}-{i}") for name, op in OPERATORS.items()
-            for i, ex in enumerate(op.examples)]
+EXAMPLES = [
+    pytest.param(op, ex, id=f"{name}-{i}")
+    for name, op in OPERATORS.items()
+    for i, ex in enumerate(op.examples)
+]
 
 
 def test_every_operator_has_examples() -> None:
@@ -33,7 +44,9 @@ def _unmatched(text: str) -> str:
 
 
 @pytest.mark.parametrize(("op", "example"), EXAMPLES)
-def test_non_matching_anchor_or_statement_changes_nothing(op: object, example: object, tmp_path: Path) -> None:
+def test_non_matching_anchor_or_statement_changes_nothing(
+    op: object, example: object, tmp_path: Path
+) -> None:
     edit: Edit = example.edit  # type: ignore[attr-defined]
     path = tmp_path / "module.py"
     path.write_text(example.before, encoding="utf-8")  # type: ignore[attr-defined]
@@ -102,8 +115,10 @@ def test_edit_that_changes_nothing_is_a_spec_error() -> None:
 
 def test_insert_statement_must_name_the_replacement() -> None:
     with pytest.raises(MutantSpecError, match="first line of the replacement"):
-        apply("def f():\n    x = 1\n", Edit("f", "insert", "y = 2", anchor="x = 1", where="after",
-                                               replacement="z = 3"))
+        apply(
+            "def f():\n    x = 1\n",
+            Edit("f", "insert", "y = 2", anchor="x = 1", where="after", replacement="z = 3"),
+        )
 
 
 def test_moving_a_statement_relative_to_its_own_child_is_a_spec_error() -> None:

@@ -10,38 +10,81 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from falsify import stryker
-from falsify.corpus import Mutant
-from falsify.mutants import report
-from falsify.mutants.edits import Span
-from falsify.mutants.runner import Control, MutantOutcome, MutantResult, Run, Settings
+from falsify.contracts.corpus import Mutant
+from falsify.mutation import stryker
+from falsify.mutation.semantic import report
+from falsify.mutation.semantic.edits import Span
+from falsify.mutation.semantic.runner import Control, MutantOutcome, MutantResult, Run, Settings
 from falsify.project import Project
 
-SCHEMA = json.loads((Path(__file__).parent / "data" / "mutation-testing-report-schema" /
-                     "mutation-testing-report-schema.json").read_text(encoding="utf-8"))
+SCHEMA = json.loads(
+    (
+        Path(__file__).parent
+        / "data"
+        / "mutation-testing-report-schema"
+        / "mutation-testing-report-schema.json"
+    ).read_text(encoding="utf-8")
+)
 
 
 def _mutant(mid: str, kills: tuple[str, ...]) -> Mutant:
-    return Mutant(mid, "planted </script> bug", "pkg/mod.py", "f", "delete", "x = 1", None, None, None, kills,
-                  f"mutants/{mid}.yaml", 1)
+    return Mutant(
+        mid,
+        "planted </script> bug",
+        "pkg/mod.py",
+        "f",
+        "delete",
+        "x = 1",
+        None,
+        None,
+        None,
+        kills,
+        f"mutants/{mid}.yaml",
+        1,
+    )
 
 
 def _run(tmp_path: Path) -> Run:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "mod.py").write_text("def f():\n    x = 1\n    return x\n", encoding="utf-8")
     project = Project(tmp_path, tmp_path / "contracts", tmp_path / "mutants", tmp_path / "tests")
-    from falsify.corpus import Corpus
+    from falsify.contracts.corpus import Corpus
 
     run = Run(project, Corpus(), Settings(), jobs=2, wall=3.0)
     run.control = Control(True, 1.0, {"tests/t.py::a": ("P-001",)}, [], "", {}, ("tests/t.py::a",))
     span = Span(2, 5, 2, 10)
     diff = "--- a/pkg/mod.py\n+++ b/pkg/mod.py\n@@ -1,3 +1,2 @@\n def f():\n-    x = 1\n     return x\n"
     run.results = [
-        MutantResult(_mutant("killed-one", ("P-001", "P-002")), MutantOutcome.KILLED, ("P-001",), ("P-002",),
-                     ("P-003",), {"P-001": "FAIL", "P-002": "PASS", "P-003": "FAIL"}, ("tests/t.py::a",),
-                     ("tests/t.py::a",), 1.5, 1.2, "P-001: falsified", diff, span),
-        MutantResult(_mutant("survivor", ("P-001",)), MutantOutcome.SURVIVED, (), ("P-001",), (), {"P-001": "PASS"},
-                     (), ("tests/t.py::a",), 1.0, 0.8, "1 falsifiers stayed green", diff, span),
+        MutantResult(
+            _mutant("killed-one", ("P-001", "P-002")),
+            MutantOutcome.KILLED,
+            ("P-001",),
+            ("P-002",),
+            ("P-003",),
+            {"P-001": "FAIL", "P-002": "PASS", "P-003": "FAIL"},
+            ("tests/t.py::a",),
+            ("tests/t.py::a",),
+            1.5,
+            1.2,
+            "P-001: falsified",
+            diff,
+            span,
+        ),
+        MutantResult(
+            _mutant("survivor", ("P-001",)),
+            MutantOutcome.SURVIVED,
+            (),
+            ("P-001",),
+            (),
+            {"P-001": "PASS"},
+            (),
+            ("tests/t.py::a",),
+            1.0,
+            0.8,
+            "1 falsifiers stayed green",
+            diff,
+            span,
+        ),
         MutantResult(_mutant("drifted", ("P-001",)), MutantOutcome.STALE, detail="matches 0 statements"),
         MutantResult(_mutant("hangs", ("P-001",)), MutantOutcome.TIMEOUT, seconds=60.0, diff=diff, span=span),
         MutantResult(_mutant("broken", ("P-001",)), MutantOutcome.ERROR, detail="does not compile"),
@@ -53,8 +96,13 @@ def test_semantic_report_validates_against_the_stryker_schema(tmp_path: Path) ->
     data = report.to_stryker(_run(tmp_path))
     jsonschema.validate(data, SCHEMA)
     statuses = {m["id"]: m["status"] for m in data["files"]["pkg/mod.py"]["mutants"]}
-    assert statuses == {"killed-one": "Killed", "survivor": "Survived", "drifted": "Ignored", "hangs": "Timeout",
-                        "broken": "RuntimeError"}
+    assert statuses == {
+        "killed-one": "Killed",
+        "survivor": "Survived",
+        "drifted": "Ignored",
+        "hangs": "Timeout",
+        "broken": "RuntimeError",
+    }
     _, score = stryker.score(data)
     assert score == pytest.approx(100 * 2 / 3)  # killed + timeout over killed + timeout + survived
 
@@ -85,5 +133,7 @@ def test_kill_matrix_and_verdict_state_their_denominators(tmp_path: Path) -> Non
     assert next(line for line in matrix.splitlines() if line.startswith("P-003")).split()[1] == "x"
     text, ok = report.verdict(run)
     assert not ok
-    assert ("5 mutants: 1 killed, 1 survived, 1 stale, 1 timeout, 1 error (1 not by every listed prediction); "
-            "killed 2 of 3 applied") in text
+    assert (
+        "5 mutants: 1 killed, 1 survived, 1 stale, 1 timeout, 1 error (1 not by every listed prediction); "
+        "killed 2 of 3 applied"
+    ) in text

@@ -17,7 +17,9 @@ import jsonschema
 import pytest
 
 TOY = Path(__file__).parent / "fixtures" / "mutants" / "toy"
-SCHEMA = Path(__file__).parent / "data" / "mutation-testing-report-schema" / "mutation-testing-report-schema.json"
+SCHEMA = (
+    Path(__file__).parent / "data" / "mutation-testing-report-schema" / "mutation-testing-report-schema.json"
+)
 ENGINE = ["--engine", "toy.engine:ToyEngine"]
 
 
@@ -38,18 +40,30 @@ def env_for(root: Path) -> dict[str, str]:
 
 
 def falsify(root: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "falsify.cli", "mutants", *ENGINE, *args], cwd=root,
-                          capture_output=True, text=True, env=env_for(root), timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "falsify.cli", "mutants", *ENGINE, *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        env=env_for(root),
+        timeout=timeout,
+        check=False,
+    )
 
 
 def snapshot(root: Path) -> dict[str, str]:
     """sha256 of every file of the working tree (git's own data and our gitignored output excluded)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file() and not {".git", ".falsify"} & set(p.relative_to(root).parts)}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not {".git", ".falsify"} & set(p.relative_to(root).parts)
+    }
 
 
 def assert_untouched(root: Path, before: dict[str, str]) -> None:
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True)
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
+    )
     assert status.stdout == ""
     assert snapshot(root) == before
     assert list((root.parent / "tmp").iterdir()) == [], "a scratch copy was left behind"
@@ -58,7 +72,9 @@ def assert_untouched(root: Path, before: dict[str, str]) -> None:
 def add_mutant(root: Path, mutant_id: str, prediction: str, body: str) -> None:
     (root / "mutants" / f"{mutant_id}.yaml").write_text(
         f"id: {mutant_id}\ndescription: test mutant\nfile: toy/loop.py\nfunction: generate\n{body}"
-        f"kills: [{prediction}]\n", encoding="utf-8")
+        f"kills: [{prediction}]\n",
+        encoding="utf-8",
+    )
     contract = root / "contracts" / "toy-loop-v1.yaml"
     lines = contract.read_text(encoding="utf-8").splitlines()
     at = lines.index(f"  - id: {prediction}")
@@ -70,8 +86,23 @@ def add_mutant(root: Path, mutant_id: str, prediction: str, body: str) -> None:
 def commit(root: Path) -> None:
     """Commit the toy's changes (its own throwaway repository), so that `git status` is clean before the run."""
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "commit", "-qm",
-                    "change"], cwd=root, check=True, capture_output=True)
+    subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "-qm",
+            "change",
+        ],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
 
 
 def test_every_toy_mutant_is_killed_after_a_green_control(toy: Path) -> None:
@@ -80,8 +111,11 @@ def test_every_toy_mutant_is_killed_after_a_green_control(toy: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "mutants: control green" in out
-    for mid, pid in [("poll-deleted", "FALSIFY-TOY-001"), ("poll-after-forward", "FALSIFY-TOY-002"),
-                     ("limit-off-by-one", "FALSIFY-TOY-003")]:
+    for mid, pid in [
+        ("poll-deleted", "FALSIFY-TOY-001"),
+        ("poll-after-forward", "FALSIFY-TOY-002"),
+        ("limit-off-by-one", "FALSIFY-TOY-003"),
+    ]:
         assert f"{mid}: KILLED" in out and pid in out
     assert "-        if budget.cancelled():" in out  # --diff
     assert "mutants: PASS — 3 mutants: 3 killed, 0 survived, 0 stale, 0 timeout, 0 error" in out
@@ -90,7 +124,11 @@ def test_every_toy_mutant_is_killed_after_a_green_control(toy: Path) -> None:
     report = json.loads((toy / ".falsify" / "mutants" / "mutation-report.json").read_text(encoding="utf-8"))
     jsonschema.validate(report, json.loads(SCHEMA.read_text(encoding="utf-8")))
     statuses = {m["id"]: m["status"] for m in report["files"]["toy/loop.py"]["mutants"]}
-    assert statuses == {"poll-deleted": "Killed", "poll-after-forward": "Killed", "limit-off-by-one": "Killed"}
+    assert statuses == {
+        "poll-deleted": "Killed",
+        "poll-after-forward": "Killed",
+        "limit-off-by-one": "Killed",
+    }
     page = (toy / ".falsify" / "mutants" / "mutation-report.html").read_text(encoding="utf-8")
     assert "poll-after-forward" in page and "<script src" not in page and "<link" not in page
 
@@ -98,16 +136,24 @@ def test_every_toy_mutant_is_killed_after_a_green_control(toy: Path) -> None:
 def test_stale_survived_and_partly_killed_mutants(toy: Path) -> None:
     # limit-off-by-one goes STALE: its statement was rewritten.
     loop = toy / "toy" / "loop.py"
-    loop.write_text(loop.read_text(encoding="utf-8").replace("if emitted >= max_tokens:",
-                                                             "if max_tokens <= emitted:"), encoding="utf-8")
+    loop.write_text(
+        loop.read_text(encoding="utf-8").replace("if emitted >= max_tokens:", "if max_tokens <= emitted:"),
+        encoding="utf-8",
+    )
     # An equivalent mutant no falsifier can catch.
-    add_mutant(toy, "equivalent", "FALSIFY-TOY-001",
-               'op: replace\nstatement: "emitted += 1"\nreplacement: "emitted = emitted + 1"\n')
+    add_mutant(
+        toy,
+        "equivalent",
+        "FALSIFY-TOY-001",
+        'op: replace\nstatement: "emitted += 1"\nreplacement: "emitted = emitted + 1"\n',
+    )
     # poll-deleted also claims FALSIFY-TOY-002, which it cannot break (forwards still equal emitted).
     add_mutant(toy, "poll-deleted", "FALSIFY-TOY-002", "")
     (toy / "mutants" / "poll-deleted.yaml").write_text(
-        'id: poll-deleted\ndescription: never polled\nfile: toy/loop.py\nfunction: generate\nop: delete\n'
-        'statement: "if budget.cancelled():"\nkills: [FALSIFY-TOY-001, FALSIFY-TOY-002]\n', encoding="utf-8")
+        "id: poll-deleted\ndescription: never polled\nfile: toy/loop.py\nfunction: generate\nop: delete\n"
+        'statement: "if budget.cancelled():"\nkills: [FALSIFY-TOY-001, FALSIFY-TOY-002]\n',
+        encoding="utf-8",
+    )
     commit(toy)
     before = snapshot(toy)
     result = falsify(toy, "limit-off-by-one", "equivalent", "poll-deleted")
@@ -116,15 +162,21 @@ def test_stale_survived_and_partly_killed_mutants(toy: Path) -> None:
     assert "limit-off-by-one: STALE" in out and "matches 0 statements of generate" in out
     assert "equivalent: SURVIVED" in out
     assert "poll-deleted: KILLED" in out and "NOT by FALSIFY-TOY-002" in out
-    assert "mutants: FAIL — 3 mutants: 1 killed, 1 survived, 1 stale, 0 timeout, 0 error (1 not by every listed " \
-           "prediction)" in out
+    assert (
+        "mutants: FAIL — 3 mutants: 1 killed, 1 survived, 1 stale, 0 timeout, 0 error (1 not by every listed "
+        "prediction)" in out
+    )
     assert "Traceback" not in out + result.stderr
     assert_untouched(toy, before)
 
 
 def test_a_mutant_that_hangs_times_out(toy: Path) -> None:
-    add_mutant(toy, "never-ends", "FALSIFY-TOY-003",
-               'op: replace\nstatement: "if emitted >= max_tokens:"\nreplacement: "if False:"\n')
+    add_mutant(
+        toy,
+        "never-ends",
+        "FALSIFY-TOY-003",
+        'op: replace\nstatement: "if emitted >= max_tokens:"\nreplacement: "if False:"\n',
+    )
     commit(toy)
     before = snapshot(toy)
     result = falsify(toy, "never-ends", "--timeout", "4")
@@ -166,16 +218,35 @@ def test_slow_limit() -> None:
 @pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs /proc to look for leftover processes")
 @pytest.mark.parametrize("phase", ["control", "mutants"])
 def test_sigint_mid_run_leaves_the_tree_untouched_and_nothing_running(toy: Path, phase: str) -> None:
-    add_mutant(toy, "never-ends", "FALSIFY-TOY-003",
-               'op: replace\nstatement: "if emitted >= max_tokens:"\nreplacement: "if False:"\n')
+    add_mutant(
+        toy,
+        "never-ends",
+        "FALSIFY-TOY-003",
+        'op: replace\nstatement: "if emitted >= max_tokens:"\nreplacement: "if False:"\n',
+    )
     if phase == "control":  # a falsifier that keeps the control busy
         (toy / "tests" / "check_slow.py").write_text(SLOW_FALSIFIER, encoding="utf-8")
     commit(toy)
     before = snapshot(toy)
     started = toy.parent / "slow-started"
-    proc = subprocess.Popen([sys.executable, "-m", "falsify.cli", "mutants", *ENGINE, "never-ends", "poll-deleted",
-                             "--timeout", "300"], cwd=toy, env={**env_for(toy), "TOY_SLOW_STARTED": str(started)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "falsify.cli",
+            "mutants",
+            *ENGINE,
+            "never-ends",
+            "poll-deleted",
+            "--timeout",
+            "300",
+        ],
+        cwd=toy,
+        env={**env_for(toy), "TOY_SLOW_STARTED": str(started)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     lines = []
     wanted = "mutants: control —" if phase == "control" else "control green"
@@ -205,7 +276,9 @@ def test_sigint_mid_run_leaves_the_tree_untouched_and_nothing_running(toy: Path,
 def test_an_installed_copy_shadowing_the_scratch_copy_is_caught(toy: Path) -> None:
     # A conftest that puts the working tree itself first on sys.path: the falsifiers would test the unmutated
     # code, and every mutant would "survive". The control's probe must refuse to go on.
-    (toy / "tests" / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(toy)!r})\n", encoding="utf-8")
+    (toy / "tests" / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(toy)!r})\n", encoding="utf-8"
+    )
     commit(toy)
     result = falsify(toy, "poll-deleted")
     assert result.returncode == 1, result.stdout

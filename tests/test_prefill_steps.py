@@ -63,8 +63,9 @@ def model(engine: Any) -> Any:
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-001", requires=["prefill"])
-@pytest.mark.parametrize(("n", "chunk_cap"),
-                         [(1, 64), (63, 64), (150, 64), (257, 128), (500, 192), (600, 256)])
+@pytest.mark.parametrize(
+    ("n", "chunk_cap"), [(1, 64), (63, 64), (150, 64), (257, 128), (500, 192), (600, 256)]
+)
 def test_stepped_equals_whole_and_one_call(engine: Any, model: Any, n: int, chunk_cap: int) -> None:
     rec = Recorder(model)
     prompt = prompt_of(model, n, seed=n)
@@ -79,9 +80,14 @@ def test_stepped_equals_whole_and_one_call(engine: Any, model: Any, n: int, chun
     whole.run()
     one_state, one_logits = one_call(model, prompt)
     falsify.check(
-        "FALSIFY-SERVE-PREFILL-001", n=n, chunk_cap=chunk_cap,
-        stepped_cuts=rec.cuts(stepped.state), whole_cuts=rec.cuts(whole.state),
-        stepped_state=stepped.state.digest(), whole_state=whole.state.digest(), one_call_state=one_state,
+        "FALSIFY-SERVE-PREFILL-001",
+        n=n,
+        chunk_cap=chunk_cap,
+        stepped_cuts=rec.cuts(stepped.state),
+        whole_cuts=rec.cuts(whole.state),
+        stepped_state=stepped.state.digest(),
+        whole_state=whole.state.digest(),
+        one_call_state=one_state,
         stepped_logits=sha(np.concatenate(stepped.chunk_logits)),
         whole_logits=sha(np.concatenate(whole.chunk_logits)),
         one_call_logits=sha(one_logits),
@@ -106,11 +112,20 @@ def test_resume_from_kept_prefix(engine: Any, model: Any, p: int, n: int) -> Non
     resumed.run()
     one_state, _ = one_call(model, prompt)
     falsify.check(
-        "FALSIFY-SERVE-PREFILL-002", p=p, n=n, chunk_size=model.config.chunk_size,
-        resumed_start=resumed_start, resumed_cuts=rec.cuts(resumed.state), whole_cuts=rec.cuts(whole.state),
-        resumed_state=resumed.state.digest(), whole_state=whole.state.digest(), one_call_state=one_state,
-        resumed_logits=sha(resumed.logits), whole_last_logits=sha(whole.logits),
-        kept_before=kept_before, kept_after=kept.state.digest(),
+        "FALSIFY-SERVE-PREFILL-002",
+        p=p,
+        n=n,
+        chunk_size=model.config.chunk_size,
+        resumed_start=resumed_start,
+        resumed_cuts=rec.cuts(resumed.state),
+        whole_cuts=rec.cuts(whole.state),
+        resumed_state=resumed.state.digest(),
+        whole_state=whole.state.digest(),
+        one_call_state=one_state,
+        resumed_logits=sha(resumed.logits),
+        whole_last_logits=sha(whole.logits),
+        kept_before=kept_before,
+        kept_after=kept.state.digest(),
     )
 
 
@@ -131,22 +146,39 @@ def test_cancel_between_chunks_then_resume(engine: Any, model: Any, k: int, n: i
     whole.run()
     resumed_cuts = [pos for s, _, pos in rec.calls[calls_before_resume:] if s is resumed.state]
     falsify.check(
-        "FALSIFY-SERVE-PREFILL-003", k=k, n=n,
-        cancelled_pos=cancelled_pos, cancelled_state=cancelled_state, prefix_state=prefix_state,
-        whole_cuts=rec.cuts(whole.state), resumed_cuts=resumed_cuts,
-        resumed_state=resumed.state.digest(), whole_state=whole.state.digest(),
+        "FALSIFY-SERVE-PREFILL-003",
+        k=k,
+        n=n,
+        cancelled_pos=cancelled_pos,
+        cancelled_state=cancelled_state,
+        prefix_state=prefix_state,
+        whole_cuts=rec.cuts(whole.state),
+        resumed_cuts=resumed_cuts,
+        resumed_state=resumed.state.digest(),
+        whole_state=whole.state.digest(),
     )
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-011", requires=["prefill"])
-@pytest.mark.parametrize(("n", "marks"),
-                         [(75, "every"), (150, [1, 2, 3, 37, 100, 149]), (299, [65, 130, 191])])
+@pytest.mark.parametrize(
+    ("n", "marks"), [(75, "every"), (150, [1, 2, 3, 37, 100, 149]), (299, [65, 130, 191])]
+)
 def test_cuts_off_the_grid_change_only_rounding(engine: Any, model: Any, n: int, marks: Any) -> None:
     prompt = prompt_of(model, n, seed=7 * n)
     _, uncut = one_call(model, prompt)
-    cut = engine.prefill(model, model.new_state(), prompt, chunk_cap=64,
-                         marks=range(1, n) if marks == "every" else marks, keep_logits=True)
+    cut = engine.prefill(
+        model,
+        model.new_state(),
+        prompt,
+        chunk_cap=64,
+        marks=range(1, n) if marks == "every" else marks,
+        keep_logits=True,
+    )
     cut.run()
     diff = np.abs(np.concatenate(cut.chunk_logits) - uncut)
-    falsify.check("FALSIFY-SERVE-PREFILL-011", n=n, max_abs_diff=float(diff.max()),
-                  logits_scale=float(np.abs(uncut).max()))
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-011",
+        n=n,
+        max_abs_diff=float(diff.max()),
+        logits_scale=float(np.abs(uncut).max()),
+    )

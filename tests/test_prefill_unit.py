@@ -45,8 +45,12 @@ def test_plan_cuts_examples() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(end=st.integers(1, 2000), width=st.sampled_from([64, 128, 256]),
-       marks=st.lists(st.integers(1, 1999), max_size=6), data=st.data())
+@given(
+    end=st.integers(1, 2000),
+    width=st.sampled_from([64, 128, 256]),
+    marks=st.lists(st.integers(1, 1999), max_size=6),
+    data=st.data(),
+)
 def test_cuts_are_memoryless(end: int, width: int, marks: list[int], data: st.DataObject) -> None:
     """A pass resumed from any of its cuts plans exactly the rest of the whole pass's cuts."""
     marks = sorted({m for m in marks if m < end})
@@ -55,7 +59,7 @@ def test_cuts_are_memoryless(end: int, width: int, marks: list[int], data: st.Da
     assert set(marks) <= set(whole)
     assert all(b - a <= width for a, b in zip((0, *whole), whole, strict=False))
     i = data.draw(st.integers(0, len(whole) - 1))
-    assert plan_cuts(whole[i], end, width, marks) == whole[i + 1:]
+    assert plan_cuts(whole[i], end, width, marks) == whole[i + 1 :]
     assert next_cut(whole[i - 1] if i else 0, end, width, marks) == whole[i]
 
 
@@ -85,7 +89,9 @@ def test_bad_prompts_and_marks_are_refused(model: Any) -> None:
         Prefill.open(model, model.new_state(), [])
     with pytest.raises(PrefillError, match=r"lie in \[0, 512\), got min 0 max 512"):
         Prefill.open(model, model.new_state(), [0, 512])
-    with pytest.raises(PrefillError, match=r"marks must lie strictly inside the prompt \(0, 10\), got \[10\]"):
+    with pytest.raises(
+        PrefillError, match=r"marks must lie strictly inside the prompt \(0, 10\), got \[10\]"
+    ):
         Prefill.open(model, model.new_state(), list(range(10)), marks=[10])
     state = model.new_state()
     model.forward(np.arange(10), state)

@@ -98,9 +98,16 @@ def test_block_size(Q4_K: Any, rows: int, blocks_per_row: int, seed: int) -> Non
     x = gaussian(seed, rows, blocks_per_row * QK_K)
     q = Q4_K.quantize(x)
     deq = Q4_K.dequantize(q)
-    falsify.check("FALSIFY-Q4K-001", x_shape=list(x.shape), q_shape=list(q.shape), q_dtype=str(q.dtype),
-                  deq_shape=list(deq.shape), deq_dtype=str(deq.dtype), rows=rows,
-                  blocks_per_row=blocks_per_row)
+    falsify.check(
+        "FALSIFY-Q4K-001",
+        x_shape=list(x.shape),
+        q_shape=list(q.shape),
+        q_dtype=str(q.dtype),
+        deq_shape=list(deq.shape),
+        deq_dtype=str(deq.dtype),
+        rows=rows,
+        blocks_per_row=blocks_per_row,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-002")
@@ -145,7 +152,8 @@ def test_quantize_equals_llama_cpp_golden(Q4_K: Any) -> None:
         x = cases.blocks_of(case["class"], case["seed"], case["blocks"])
         assert hashlib.sha256(x.tobytes()).hexdigest() == case["inputs_sha256"], (
             f"numpy's default_rng no longer regenerates the golden inputs of class {case['class']!r}; "
-            "rerun tests/data/q4k/make_golden.py with ggml-python installed")
+            "rerun tests/data/q4k/make_golden.py with ggml-python installed"
+        )
         inputs.append(x)
     x = np.concatenate(inputs)
     ours = Q4_K.quantize(x).reshape(-1, BLOCK_BYTES)
@@ -155,38 +163,61 @@ def test_quantize_equals_llama_cpp_golden(Q4_K: Any) -> None:
 
 @pytest.mark.falsifies("FALSIFY-Q4K-005")
 @SETTINGS
-@given(rows=st.integers(1, 70), blocks_per_row=st.integers(1, 8), seed=st.integers(0, 2**32 - 1),
-       kind=st.sampled_from(["gaussian", "heavy_tailed", "all_positive", "outliers"]),
-       log_scale=st.floats(-6, 6))
-def test_matvec_tolerance(Q4_K: Any, rows: int, blocks_per_row: int, seed: int, kind: str,
-                          log_scale: float) -> None:
+@given(
+    rows=st.integers(1, 70),
+    blocks_per_row=st.integers(1, 8),
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(["gaussian", "heavy_tailed", "all_positive", "outliers"]),
+    log_scale=st.floats(-6, 6),
+)
+def test_matvec_tolerance(
+    Q4_K: Any, rows: int, blocks_per_row: int, seed: int, kind: str, log_scale: float
+) -> None:
     cols = blocks_per_row * QK_K
     W = cases.blocks_of(kind, seed, rows * blocks_per_row).reshape(rows, cols)
     x = (np.random.default_rng(seed + 1).standard_normal(cols) * np.exp(log_scale)).astype(np.float32)
     q = Q4_K.quantize(W)
     y = Q4_K.matvec(q, x)
     assert y.shape == (rows,) and y.dtype == np.float32
-    falsify.check("FALSIFY-Q4K-005", err_ratio=product_error(Q4_K, q, x[None, :], y[None, :]), rows=rows,
-                  blocks_per_row=blocks_per_row)
+    falsify.check(
+        "FALSIFY-Q4K-005",
+        err_ratio=product_error(Q4_K, q, x[None, :], y[None, :]),
+        rows=rows,
+        blocks_per_row=blocks_per_row,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-006")
 @SETTINGS
-@given(n=st.sampled_from([1, 2, 7, 63, 64, 65, 70]), rows=st.sampled_from([1, 5, 63, 70]),
-       blocks_per_row=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+@given(
+    n=st.sampled_from([1, 2, 7, 63, 64, 65, 70]),
+    rows=st.sampled_from([1, 5, 63, 70]),
+    blocks_per_row=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_matmul_tolerance(Q4_K: Any, n: int, rows: int, blocks_per_row: int, seed: int) -> None:
     cols = blocks_per_row * QK_K
     q = Q4_K.quantize(gaussian(seed, rows, cols))
     x = gaussian(seed + 1, n, cols, sigma=3.0)
     y = Q4_K.matmul(q, x)
-    falsify.check("FALSIFY-Q4K-006", out_shape=list(y.shape), err_ratio=product_error(Q4_K, q, x, y), n=n,
-                  rows=rows, blocks_per_row=blocks_per_row)
+    falsify.check(
+        "FALSIFY-Q4K-006",
+        out_shape=list(y.shape),
+        err_ratio=product_error(Q4_K, q, x, y),
+        n=n,
+        rows=rows,
+        blocks_per_row=blocks_per_row,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-007")
 @SETTINGS
-@given(log10_sigma=st.floats(-2, 4), rows=st.integers(1, 6), blocks_per_row=st.integers(1, 4),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    log10_sigma=st.floats(-2, 4),
+    rows=st.integers(1, 6),
+    blocks_per_row=st.integers(1, 4),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_round_trip_rmse(Q4_K: Any, log10_sigma: float, rows: int, blocks_per_row: int, seed: int) -> None:
     sigma = 10.0**log10_sigma
     x = gaussian(seed, rows, blocks_per_row * QK_K, sigma)
@@ -202,8 +233,12 @@ def test_zero_rows(Q4_K: Any, rows: int) -> None:
     x[::2] = 0.0  # zero rows interleaved with Gaussian ones
     q = Q4_K.quantize(x)
     back = Q4_K.dequantize(q)
-    falsify.check("FALSIFY-Q4K-008", nonzero_bytes=int(np.count_nonzero(q[::2])),
-                  max_abs=float(np.abs(back[::2]).max()), rows=rows)
+    falsify.check(
+        "FALSIFY-Q4K-008",
+        nonzero_bytes=int(np.count_nonzero(q[::2])),
+        max_abs=float(np.abs(back[::2]).max()),
+        rows=rows,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-009")
@@ -213,8 +248,12 @@ def test_constant_blocks(Q4_K: Any, c: float) -> None:
     x = np.stack([np.full(QK_K, c), np.full(QK_K, -c / 3), np.linspace(-1, 1, QK_K)]).astype(np.float32)
     back = Q4_K.dequantize(Q4_K.quantize(x))
     distinct = max(len(np.unique(back[0])), len(np.unique(back[1])))
-    rel_err = float(max(np.abs(back[0] - np.float32(c)).max() / abs(np.float32(c)),
-                        np.abs(back[1] - x[1, 0]).max() / abs(x[1, 0])))
+    rel_err = float(
+        max(
+            np.abs(back[0] - np.float32(c)).max() / abs(np.float32(c)),
+            np.abs(back[1] - x[1, 0]).max() / abs(x[1, 0]),
+        )
+    )
     falsify.check("FALSIFY-Q4K-009", distinct=distinct, rel_err=rel_err, c=c)
 
 
@@ -226,10 +265,16 @@ def _bad_input(Q4_K: Any, case: str) -> tuple[Any, str]:
         "cols": (lambda: Q4_K.quantize(gaussian(0, 3, 300)), "(3, 300)"),
         "bytes": (lambda: Q4_K.dequantize(q[:, :150]), "(3, 150)"),
         "dtype": (lambda: Q4_K.quantize(good.astype(np.float64)), "float64"),
-        "nan": (lambda: Q4_K.quantize(np.where(np.arange(3)[:, None] == 2, np.nan, good).astype(np.float32)),
-                "row 2"),
-        "inf": (lambda: Q4_K.matmul(q, np.where(np.arange(4)[:, None] == 1, np.inf, gaussian(1, 4, 2 * QK_K))
-                                    .astype(np.float32)), "row 1"),
+        "nan": (
+            lambda: Q4_K.quantize(np.where(np.arange(3)[:, None] == 2, np.nan, good).astype(np.float32)),
+            "row 2",
+        ),
+        "inf": (
+            lambda: Q4_K.matmul(
+                q, np.where(np.arange(4)[:, None] == 1, np.inf, gaussian(1, 4, 2 * QK_K)).astype(np.float32)
+            ),
+            "row 1",
+        ),
         "x_cols": (lambda: Q4_K.matvec(q, gaussian(0, 1, QK_K)[0]), "(3, 288)"),
     }
     call, where = calls[case]
@@ -244,8 +289,12 @@ def _bad_input(Q4_K: Any, case: str) -> tuple[Any, str]:
 @pytest.mark.parametrize("case", ["cols", "bytes", "dtype", "nan", "inf", "x_cols"])
 def test_bad_input(Q4_K: Any, case: str) -> None:
     exc, where = _bad_input(Q4_K, case)
-    falsify.check("FALSIFY-Q4K-010", error=type(exc).__name__ if exc else "none",
-                  names_where=exc is not None and where in str(exc), case=case)
+    falsify.check(
+        "FALSIFY-Q4K-010",
+        error=type(exc).__name__ if exc else "none",
+        names_where=exc is not None and where in str(exc),
+        case=case,
+    )
 
 
 @pytest.mark.falsifies("FALSIFY-Q4K-011")

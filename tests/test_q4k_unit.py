@@ -60,7 +60,9 @@ def test_matmul_row_tiles(monkeypatch: pytest.MonkeyPatch, tile_rows: int, cache
     rng = np.random.default_rng(3)
     q = Q4_K.quantize(rng.standard_normal((10, 512)).astype(np.float32))
     if not cached:
-        q = np.frombuffer(bytearray(q.tobytes()), np.uint8).reshape(q.shape)  # writeable, not numpy's: no cache
+        q = np.frombuffer(bytearray(q.tobytes()), np.uint8).reshape(
+            q.shape
+        )  # writeable, not numpy's: no cache
     x = rng.standard_normal((n, 512)).astype(np.float32)
     monkeypatch.setattr(q4k, "MATMUL_TILE_VALUES", tile_rows * 512)
     monkeypatch.setattr(q4k, "MATMUL_GEMM_TILE_VALUES", tile_rows * 512)

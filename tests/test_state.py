@@ -56,7 +56,7 @@ def test_page_ids_never_reach_the_bytes(model) -> None:  # type: ignore[no-untyp
     a, b = model.new_state(pool), model.new_state()
     model.forward(tokens(75), a)
     model.forward(tokens(75), b)
-    assert a.pages != b.pages[:len(a.pages)]
+    assert a.pages != b.pages[: len(a.pages)]
     assert a.to_bytes() == b.to_bytes()
     assert a.digest() == hashlib.sha256(b.to_bytes()).hexdigest()
 

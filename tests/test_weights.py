@@ -61,7 +61,7 @@ def test_tiny_config_shape() -> None:
 def test_both_prefixes_load_the_same_model(ckpt: Path, prefix: str) -> None:
     def rename(t: dict) -> None:  # type: ignore[type-arg]
         for key in [k for k in t if k.startswith("model.")]:
-            t[prefix + key[len("model."):]] = t.pop(key)
+            t[prefix + key[len("model.") :]] = t.pop(key)
 
     edit_tensors(ckpt, rename)
     model, ref = load_model(ckpt, "f32"), load_model(tiny_model(0), "f32")
@@ -76,8 +76,12 @@ def test_missing_tensor(ckpt: Path) -> None:
 
 
 def test_extra_tensor(ckpt: Path) -> None:
-    edit_tensors(ckpt, lambda t: t.update({"model.layers.0.self_attn.q_proj.weight": np.zeros((2, 2), np.float32)}))
-    with pytest.raises(WeightsError, match=r"unexpected tensor 'model\.layers\.0\.self_attn\.q_proj\.weight'"):
+    edit_tensors(
+        ckpt, lambda t: t.update({"model.layers.0.self_attn.q_proj.weight": np.zeros((2, 2), np.float32)})
+    )
+    with pytest.raises(
+        WeightsError, match=r"unexpected tensor 'model\.layers\.0\.self_attn\.q_proj\.weight'"
+    ):
         load_model(ckpt, "f32")
 
 
@@ -88,9 +92,14 @@ def test_unknown_prefix(ckpt: Path) -> None:
 
 
 def test_misshapen_tensor(ckpt: Path) -> None:
-    edit_tensors(ckpt, lambda t: t.update({"model.layers.1.mlp.up_proj.weight": np.zeros((256, 128), np.float16)}))
-    with pytest.raises(WeightsError, match=r"'layers\.1\.mlp\.up_proj\.weight' has shape \[256, 128\], "
-                                           r"expected \[256, 256\]"):
+    edit_tensors(
+        ckpt, lambda t: t.update({"model.layers.1.mlp.up_proj.weight": np.zeros((256, 128), np.float16)})
+    )
+    with pytest.raises(
+        WeightsError,
+        match=r"'layers\.1\.mlp\.up_proj\.weight' has shape \[256, 128\], "
+        r"expected \[256, 256\]",
+    ):
         load_model(ckpt, "f32")
 
 
@@ -112,7 +121,7 @@ def test_unsupported_dtype(ckpt: Path) -> None:
 
 def test_truncated_file(ckpt: Path) -> None:
     data = (ckpt / "model.safetensors").read_bytes()
-    (ckpt / "model.safetensors").write_bytes(data[:len(data) // 2])
+    (ckpt / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.raises(WeightsError, match=r"model\.safetensors: not a readable safetensors file"):
         load_model(ckpt, "f32")
 
@@ -128,19 +137,25 @@ def test_unknown_weights_kind(ckpt: Path) -> None:
         load_model(ckpt, "q8_0")
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"hidden_size": None}, "missing key 'hidden_size'"),
-    ({"hidden_size": "256"}, "key 'hidden_size' is '256', expected int"),
-    ({"num_hidden_layers": 0}, "key 'num_hidden_layers' is 0, expected > 0"),
-    ({"hidden_act": "gelu"}, "key 'hidden_act' is 'gelu'"),
-    ({"model_type": "llama"}, "key 'model_type' is 'llama'"),
-    ({"layer_types": ["linear_attention"] * 3}, "key 'layer_types' must be a list of num_hidden_layers=4"),
-    ({"layer_types": ["linear_attention"] * 3 + ["sliding_attention"]}, r"key 'layer_types\[3\]'"),
-    ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads"),
-    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}}, "rope_type' is 'yarn'"),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": -1}}, "key 'rope_theta' is -1"),
-    ({"attention_bias": True}, "attention_bias"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hidden_size": None}, "missing key 'hidden_size'"),
+        ({"hidden_size": "256"}, "key 'hidden_size' is '256', expected int"),
+        ({"num_hidden_layers": 0}, "key 'num_hidden_layers' is 0, expected > 0"),
+        ({"hidden_act": "gelu"}, "key 'hidden_act' is 'gelu'"),
+        ({"model_type": "llama"}, "key 'model_type' is 'llama'"),
+        (
+            {"layer_types": ["linear_attention"] * 3},
+            "key 'layer_types' must be a list of num_hidden_layers=4",
+        ),
+        ({"layer_types": ["linear_attention"] * 3 + ["sliding_attention"]}, r"key 'layer_types\[3\]'"),
+        ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads"),
+        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}}, "rope_type' is 'yarn'"),
+        ({"rope_parameters": {"rope_type": "default", "rope_theta": -1}}, "key 'rope_theta' is -1"),
+        ({"attention_bias": True}, "attention_bias"),
+    ],
+)
 def test_config_errors(ckpt: Path, change: dict, message: str) -> None:  # type: ignore[type-arg]
     edit_config(ckpt, **change)
     with pytest.raises(ConfigError, match=message):
@@ -154,8 +169,11 @@ def test_config_not_json(ckpt: Path) -> None:
 
 
 def test_multimodal_config_wraps_text_config() -> None:
-    outer = {"model_type": "qwen3_5", "tie_word_embeddings": False,
-             "text_config": {k: v for k, v in TINY_CONFIG.items() if k != "model_type"}}
+    outer = {
+        "model_type": "qwen3_5",
+        "tie_word_embeddings": False,
+        "text_config": {k: v for k, v in TINY_CONFIG.items() if k != "model_type"},
+    }
     assert Config.from_dict(outer) == Config.from_dict(TINY_CONFIG)
 
 

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from falsify.corpus import load_corpus
+from falsify.contracts.corpus import load_corpus
 from falsify.evidence import MUTATION_REPORT, REPORT_HTML, REPORT_MD, STATEMENTS
 from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
 from falsify.evidence.digests import scrub

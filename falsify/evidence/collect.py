@@ -12,8 +12,8 @@ from typing import Any
 from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS
 from falsify.evidence.mutation import load_report
 from falsify.evidence.tree import EvidenceError
+from falsify.harness.results import load_results
 from falsify.project import Project
-from falsify.results import load_results
 
 # A bundle's statements must be the same bytes for the same tree: hypothesis runs derandomized with no database
 # (the plugin's "ci" profile), and hashing is seeded. A caller's explicit settings win.
@@ -34,7 +34,7 @@ def run_gate(
     project: Project, engine: str, pytest_args: list[str], out: Path
 ) -> tuple[dict[str, Any], bytes, int]:
     """Run `falsify gate` into `out` (kept: the raw results, with durations, for whoever wants to look)."""
-    from falsify.gate import gate
+    from falsify.harness.gate import gate
 
     for key, value in DETERMINISTIC_ENV.items():
         os.environ.setdefault(key, value)
@@ -54,7 +54,7 @@ def find_mutation_report(directory: Path) -> Path | None:
 
 
 def runner_available() -> bool:
-    return importlib.util.find_spec("falsify.mutants") is not None
+    return importlib.util.find_spec("falsify.mutation.semantic") is not None
 
 
 def run_mutants(project: Project, engine: str, out: Path) -> tuple[dict[str, Any] | None, str]:

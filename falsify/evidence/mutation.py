@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from falsify.corpus import Corpus, Mutant
+from falsify.contracts.corpus import Corpus, Mutant
 from falsify.evidence.digests import canonical, scrub, sha256_bytes
 from falsify.evidence.tree import EvidenceError
 
@@ -151,11 +151,11 @@ def _red_from_reason(reason: str) -> set[str]:
 
 def diff_digest(root: Path, spec: Mutant | None) -> str | None:
     """sha256 of the unified diff the mutant makes to the tree's file, computed with the mutant runner's own
-    edits (falsify.mutants.edits); None when that is not installed or the mutant does not apply."""
+    edits (falsify.mutation.semantic.edits); None when that is not installed or the mutant does not apply."""
     if spec is None:
         return None
     try:
-        from falsify.mutants.edits import Edit, apply
+        from falsify.mutation.semantic.edits import Edit, apply
     except ImportError:
         return None
     try:

@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from falsify.corpus import Corpus
+from falsify.contracts.corpus import Corpus
 from falsify.errors import FormulaError
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
@@ -50,7 +50,7 @@ from falsify.evidence.tree import (
     weights_files,
 )
 from falsify.evidence.verdict import decide, junit_totals
-from falsify.results import PredictionResult, per_prediction
+from falsify.harness.results import PredictionResult, per_prediction
 
 # Packages whose versions the environment block names: the harness, the engine's numerics, the oracles.
 PACKAGES = (

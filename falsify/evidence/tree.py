@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from falsify.corpus import YAML_SUFFIXES
-from falsify.engines import EngineError, load_engine
+from falsify.contracts.corpus import YAML_SUFFIXES
+from falsify.engines.loading import EngineError, load_engine
 from falsify.errors import FalsifyError
 from falsify.evidence.digests import descriptor, sha256_file
 from falsify.project import Project

@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
-from falsify.results import Outcome
+from falsify.harness.results import Outcome
 
 KILLED = "Killed"
 # Detected without a kill: the falsifiers ran past the runner's time limit (Stryker counts it as detected, and so

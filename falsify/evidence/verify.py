@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from falsify.corpus import load_corpus
+from falsify.contracts.corpus import load_corpus
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
     JUNIT,

@@ -136,9 +136,11 @@ def mismatch_report(got: np.ndarray, ref: np.ndarray) -> tuple[int, str]:  # u8 
         return 0, f"0 bad blocks of {g.shape[0]}"
     worst = int(np.argmax(bad_bytes))
     cols = np.flatnonzero(g[worst] != r[worst])[:8]
-    return bad, (f"{bad} bad blocks ({100 * bad / g.shape[0]:.2f}%) of {g.shape[0]}, worst block {worst} "
-                 f"({bad_bytes[worst]} bytes differ, first at {cols.tolist()}): "
-                 f"got {g[worst][cols].tolist()} vs reference {r[worst][cols].tolist()}")
+    return bad, (
+        f"{bad} bad blocks ({100 * bad / g.shape[0]:.2f}%) of {g.shape[0]}, worst block {worst} "
+        f"({bad_bytes[worst]} bytes differ, first at {cols.tolist()}): "
+        f"got {g[worst][cols].tolist()} vs reference {r[worst][cols].tolist()}"
+    )
 
 
 def check_blocks(prediction_id: str, report: str, **observed: Any) -> None:

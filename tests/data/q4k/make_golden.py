@@ -35,8 +35,14 @@ def main() -> None:
     for seed, kind in enumerate(cases.CLASSES, start=1000):
         x = cases.blocks_of(kind, seed, BLOCKS_PER_CLASS)
         q = cases.c_quantize(lib, x)
-        entries.append({"class": kind, "seed": seed, "blocks": BLOCKS_PER_CLASS,
-                        "inputs_sha256": hashlib.sha256(x.tobytes()).hexdigest()})
+        entries.append(
+            {
+                "class": kind,
+                "seed": seed,
+                "blocks": BLOCKS_PER_CLASS,
+                "inputs_sha256": hashlib.sha256(x.tobytes()).hexdigest(),
+            }
+        )
         chunks.append(q)
     data = np.concatenate(chunks).tobytes()
     (HERE / "golden.bin").write_bytes(data)

@@ -7,9 +7,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from falsify import __version__, stryker
-from falsify.mutants.runner import FAILING, MutantOutcome, MutantResult, Run
-from falsify.results import Outcome
+from falsify import __version__
+from falsify.harness.results import Outcome
+from falsify.mutation import stryker
+from falsify.mutation.semantic.runner import FAILING, MutantOutcome, MutantResult, Run
 from falsify.table import table
 
 STRYKER_STATUS = {
@@ -21,8 +22,10 @@ STRYKER_STATUS = {
 }
 
 # Kill matrix cells.
-LEGEND = ("X killed, as its file says; ! listed in `kills` but stayed green (or was not reached); x red though not "
-          "listed; . ran and held; blank: not run")
+LEGEND = (
+    "X killed, as its file says; ! listed in `kills` but stayed green (or was not reached); x red though not "
+    "listed; . ran and held; blank: not run"
+)
 
 
 def render_rows(run: Run) -> str:
@@ -37,8 +40,17 @@ def render_rows(run: Run) -> str:
                 detail += f"; also {len(r.also_red)} more"
         else:
             detail = " ".join(r.detail.split())[:110]
-        rows.append([r.mutant.id, str(r.outcome), f"{r.mutant.op} in {r.mutant.file}:{r.span.line if r.span else '?'}",
-                     str(len(r.tests)), f"{r.seconds:.1f}s", "" if r.cpu is None else f"{r.cpu:.1f}s", detail])
+        rows.append(
+            [
+                r.mutant.id,
+                str(r.outcome),
+                f"{r.mutant.op} in {r.mutant.file}:{r.span.line if r.span else '?'}",
+                str(len(r.tests)),
+                f"{r.seconds:.1f}s",
+                "" if r.cpu is None else f"{r.cpu:.1f}s",
+                detail,
+            ]
+        )
     return table(["mutant", "outcome", "edit", "tests", "wall", "cpu", "detail"], rows)
 
 
@@ -82,9 +94,11 @@ def verdict(run: Run) -> tuple[str, bool]:
     detected = counts[MutantOutcome.KILLED] + counts[MutantOutcome.TIMEOUT]
     parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in MutantOutcome)
     note = f" ({partly} not by every listed prediction)" if partly else ""
-    return (f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {detected} of {judged} "
-            f"applied; control green ({len(run.control.selected)} falsifiers, {run.control.seconds:.1f} s); "
-            f"{run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}"), ok
+    return (
+        f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {detected} of {judged} "
+        f"applied; control green ({len(run.control.selected)} falsifiers, {run.control.seconds:.1f} s); "
+        f"{run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}"
+    ), ok
 
 
 def to_stryker(run: Run) -> dict[str, Any]:
@@ -97,24 +111,47 @@ def to_stryker(run: Run) -> dict[str, Any]:
             source = path.read_text(encoding="utf-8") if path.is_file() else ""
             files[m.file] = (source, [])
         span = r.span
-        loc = stryker.Location(span.line, span.column, span.end_line, span.end_column) if span else \
-            stryker.Location(1, 1, 1, 2)
-        added = "\n".join(line[1:] for line in r.diff.splitlines() if line.startswith("+") and
-                          not line.startswith("+++"))
+        loc = (
+            stryker.Location(span.line, span.column, span.end_line, span.end_column)
+            if span
+            else stryker.Location(1, 1, 1, 2)
+        )
+        added = "\n".join(
+            line[1:] for line in r.diff.splitlines() if line.startswith("+") and not line.startswith("+++")
+        )
         reason = r.detail
         if r.outcome is MutantOutcome.KILLED:
-            reason = (f"red: {', '.join(r.killed_by + r.also_red)}"
-                      + (f"; listed but green: {', '.join(r.missed)}" if r.missed else "") + f"\n{r.detail}")
+            reason = (
+                f"red: {', '.join(r.killed_by + r.also_red)}"
+                + (f"; listed but green: {', '.join(r.missed)}" if r.missed else "")
+                + f"\n{r.detail}"
+            )
         tests.update(r.tests)
-        files[m.file][1].append(stryker.mutant(
-            m.id, m.op, loc, STRYKER_STATUS[r.outcome], description=" ".join(m.description.split()),
-            replacement=added if r.diff else None, killed_by=list(r.failing_tests), covered_by=list(r.tests),
-            reason=reason[:4000], duration_ms=r.seconds * 1000, tests_completed=len(r.tests) if r.tests else None))
+        files[m.file][1].append(
+            stryker.mutant(
+                m.id,
+                m.op,
+                loc,
+                STRYKER_STATUS[r.outcome],
+                description=" ".join(m.description.split()),
+                replacement=added if r.diff else None,
+                killed_by=list(r.failing_tests),
+                covered_by=list(r.tests),
+                reason=reason[:4000],
+                duration_ms=r.seconds * 1000,
+                tests_completed=len(r.tests) if r.tests else None,
+            )
+        )
     control = run.control.seconds * 1000 if run.control else 0.0
-    return stryker.report(files, framework="falsify mutants", version=__version__,
-                          config={"scope": run.settings.scope, "engine": run.settings.engine, "jobs": run.jobs},
-                          tests=sorted(tests), project_root=str(run.project.root),
-                          performance={"setup": 0.0, "initialRun": control, "mutation": run.wall * 1000 - control})
+    return stryker.report(
+        files,
+        framework="falsify mutants",
+        version=__version__,
+        config={"scope": run.settings.scope, "engine": run.settings.engine, "jobs": run.jobs},
+        tests=sorted(tests),
+        project_root=str(run.project.root),
+        performance={"setup": 0.0, "initialRun": control, "mutation": run.wall * 1000 - control},
+    )
 
 
 def write(run: Run, out: Path) -> tuple[Path, Path]:
@@ -129,5 +166,6 @@ def write(run: Run, out: Path) -> tuple[Path, Path]:
 
 
 def diffs(results: list[MutantResult]) -> str:
-    return "\n".join(f"# {r.mutant.id} ({r.outcome})\n{r.diff or '(not applied: ' + r.detail + ')'}"
-                     for r in results)
+    return "\n".join(
+        f"# {r.mutant.id} ({r.outcome})\n{r.diff or '(not applied: ' + r.detail + ')'}" for r in results
+    )

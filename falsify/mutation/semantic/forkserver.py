@@ -9,7 +9,7 @@ exits. The server ignores SIGCHLD, so children are reaped without it; the client
 
 mutmut forks from a process that has imported everything for the same reason.
 
-    python falsify/mutants/forkserver.py     # started by falsify.mutants.scratch.Scratch, as a script: the
+    python falsify/mutation/semantic/forkserver.py     # started by falsify.mutation.semantic.scratch.Scratch, as a script: the
                                              # falsify package itself stays unimported
 """
 
@@ -24,8 +24,17 @@ import sys
 
 # BLAS thread pools do not survive fork; one thread per child also keeps parallel mutants from oversubscribing.
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-PRELOAD = ("pytest", "_pytest.python", "_pytest.terminal", "hypothesis", "hypothesis.strategies",
-           "hypothesis.stateful", "numpy", "jsonschema", "yaml")
+PRELOAD = (
+    "pytest",
+    "_pytest.python",
+    "_pytest.terminal",
+    "hypothesis",
+    "hypothesis.strategies",
+    "hypothesis.stateful",
+    "numpy",
+    "jsonschema",
+    "yaml",
+)
 
 
 def child(request: dict[str, object]) -> None:
@@ -66,7 +75,9 @@ def main() -> int:
     for name in THREAD_ENV:
         os.environ[name] = "1"
     for name in PRELOAD:
-        with contextlib.suppress(ImportError):  # optional for a project's tests: the child imports what it needs
+        with contextlib.suppress(
+            ImportError
+        ):  # optional for a project's tests: the child imports what it needs
             importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     print(json.dumps({"ready": True}), flush=True)

@@ -64,8 +64,15 @@ class Applied:
     anchor: Span | None
 
     def diff(self, path: str) -> str:
-        return "".join(difflib.unified_diff(self.source.splitlines(keepends=True), self.mutated.splitlines(keepends=True),
-                                            f"a/{path}", f"b/{path}", n=2))
+        return "".join(
+            difflib.unified_diff(
+                self.source.splitlines(keepends=True),
+                self.mutated.splitlines(keepends=True),
+                f"a/{path}",
+                f"b/{path}",
+                n=2,
+            )
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +84,24 @@ class Example:
 
 # -- matching statements by their text -------------------------------------------------------------------------
 
-_SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
+_SKIP = {
+    tokenize.COMMENT,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENDMARKER,
+}
 
 
 def tokens(text: str) -> tuple[str, ...]:
     """The statement's tokens, without whitespace and comments: `if  x :  # c` -> ('if', 'x', ':')."""
     try:
-        found = [t.string for t in tokenize.generate_tokens(io.StringIO(textwrap.dedent(text).strip() + "\n").readline)
-                 if t.type not in _SKIP]
+        found = [
+            t.string
+            for t in tokenize.generate_tokens(io.StringIO(textwrap.dedent(text).strip() + "\n").readline)
+            if t.type not in _SKIP
+        ]
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return tuple("".join(text.split()))
     return tuple(found)
@@ -131,8 +148,9 @@ class _Statements(cst.CSTVisitor):
     def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
         for stmt in node.body:
             pos = self.positions[stmt]  # type: ignore[index]
-            self.found.append(_Found(stmt, Span(pos.start.line, pos.start.column + 1, pos.end.line,
-                                                pos.end.column + 1)))
+            self.found.append(
+                _Found(stmt, Span(pos.start.line, pos.start.column + 1, pos.end.line, pos.end.column + 1))
+            )
 
 
 def find_function(module: cst.Module, qualname: str) -> cst.FunctionDef | None:
@@ -140,7 +158,9 @@ def find_function(module: cst.Module, qualname: str) -> cst.FunctionDef | None:
     body: Sequence[cst.CSTNode] = module.body
     node: cst.CSTNode | None = None
     for part in qualname.split("."):
-        node = next((n for n in body if isinstance(n, cst.FunctionDef | cst.ClassDef) and n.name.value == part), None)
+        node = next(
+            (n for n in body if isinstance(n, cst.FunctionDef | cst.ClassDef) and n.name.value == part), None
+        )
         if node is None:
             return None
         inner = node.body
@@ -150,12 +170,18 @@ def find_function(module: cst.Module, qualname: str) -> cst.FunctionDef | None:
 
 def _one(found: list[_Found], module: cst.Module, text: str, what: str, function: str) -> _Found:
     wanted = tokens(text)
-    hits = [f for f in found
-            if _matches(wanted, _statement_tokens(module, f.node), not isinstance(f.node, cst.SimpleStatementLine))]
+    hits = [
+        f
+        for f in found
+        if _matches(
+            wanted, _statement_tokens(module, f.node), not isinstance(f.node, cst.SimpleStatementLine)
+        )
+    ]
     if len(hits) != 1:
         where = f" (lines {', '.join(str(h.span.line) for h in hits)})" if hits else ""
-        raise StaleMutant(f"{what} {text!r} matches {len(hits)} statements of {function}{where}; a mutant needs "
-                          "exactly one")
+        raise StaleMutant(
+            f"{what} {text!r} matches {len(hits)} statements of {function}{where}; a mutant needs exactly one"
+        )
     return hits[0]
 
 
@@ -174,6 +200,7 @@ def _contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
 
 # -- operators ---------------------------------------------------------------------------------------------------
 
+
 class Operator:
     """One kind of statement edit. `rewrite` turns one block's statements into the mutated block's statements."""
 
@@ -185,9 +212,15 @@ class Operator:
         """New statements this edit brings in (replace, insert); none by default."""
         return []
 
-    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
-                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
-                where: str | None) -> list[cst.BaseStatement]:
+    def rewrite(
+        self,
+        original: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        target: cst.BaseStatement,
+        anchor: cst.BaseStatement | None,
+        new: list[cst.BaseStatement],
+        where: str | None,
+    ) -> list[cst.BaseStatement]:
         raise NotImplementedError
 
 
@@ -202,7 +235,9 @@ def _without_lines(node: cst.BaseStatement) -> cst.BaseStatement:
     return node.with_changes(leading_lines=())
 
 
-def _place(anchor: cst.BaseStatement, moved: list[cst.BaseStatement], where: str | None) -> list[cst.BaseStatement]:
+def _place(
+    anchor: cst.BaseStatement, moved: list[cst.BaseStatement], where: str | None
+) -> list[cst.BaseStatement]:
     """`moved` right before or after the anchor; comments above the anchor stay right above it."""
     moved = [_without_lines(m) for m in moved]
     return [*moved, anchor] if where == "before" else [anchor, *moved]
@@ -211,8 +246,9 @@ def _place(anchor: cst.BaseStatement, moved: list[cst.BaseStatement], where: str
 class Delete(Operator):
     name = "delete"
     examples = (
-        Example(Edit("loop", "delete", "if cancel.is_cancelled():"),
-                before="""\
+        Example(
+            Edit("loop", "delete", "if cancel.is_cancelled():"),
+            before="""\
 def loop(cancel):
     while True:
         # poll before the forward
@@ -220,59 +256,77 @@ def loop(cancel):
             break
         forward()
 """,
-                after="""\
+            after="""\
 def loop(cancel):
     while True:
         # poll before the forward
         forward()
-"""),
-        Example(Edit("Host.release", "delete", "self.free.append(lane)"),
-                before="""\
+""",
+        ),
+        Example(
+            Edit("Host.release", "delete", "self.free.append(lane)"),
+            before="""\
 class Host:
     def release(self, lane):
         self.free.append(lane)  # back to the pool
 """,
-                after="""\
+            after="""\
 class Host:
     def release(self, lane):
         pass
-"""),
+""",
+        ),
     )
 
-    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
-                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
-                where: str | None) -> list[cst.BaseStatement]:
+    def rewrite(
+        self,
+        original: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        target: cst.BaseStatement,
+        anchor: cst.BaseStatement | None,
+        new: list[cst.BaseStatement],
+        where: str | None,
+    ) -> list[cst.BaseStatement]:
         return _rebuild(original, updated, {id(target): lambda node: []})
 
 
 class Replace(Operator):
     name = "replace"
     examples = (
-        Example(Edit("step", "replace", "state.pos += n", replacement="state.pos += n - 1"),
-                before="""\
+        Example(
+            Edit("step", "replace", "state.pos += n", replacement="state.pos += n - 1"),
+            before="""\
 def step(state, n):
     state.pos += n  # advance
     return state
 """,
-                after="""\
+            after="""\
 def step(state, n):
     state.pos += n - 1  # advance
     return state
-"""),
+""",
+        ),
         # A compound statement replaced by a new first line keeps its body.
-        Example(Edit("ended", "replace", "if len(tokens) >= max_tokens:", replacement="if len(tokens) > max_tokens:"),
-                before="""\
+        Example(
+            Edit(
+                "ended",
+                "replace",
+                "if len(tokens) >= max_tokens:",
+                replacement="if len(tokens) > max_tokens:",
+            ),
+            before="""\
 def ended(tokens, max_tokens):
     if len(tokens) >= max_tokens:
         return True
     return False
 """,
-                after="""\
+            after="""\
 def ended(tokens, max_tokens):
     if len(tokens) > max_tokens:
         return True
     return False
-"""),
+""",
+        ),
     )
 
     def prepare(self, edit: Edit, target: cst.BaseStatement, module: cst.Module) -> list[cst.BaseStatement]:
@@ -282,19 +336,37 @@ def ended(tokens, max_tokens):
             # A new header for the same compound statement: parse it with a placeholder body, keep the old body.
             (parsed,) = _parse_statements(text + "\n    pass", "replacement")
             if type(parsed) is not type(target):
-                raise MutantSpecError(f"replacement {text!r} is a {type(parsed).__name__}, the statement a "
-                                      f"{type(target).__name__}; a new first line must keep the statement's kind")
-            blocks = {f: getattr(target, f) for f in ("body", "orelse", "handlers", "finalbody") if hasattr(parsed, f)}
+                raise MutantSpecError(
+                    f"replacement {text!r} is a {type(parsed).__name__}, the statement a "
+                    f"{type(target).__name__}; a new first line must keep the statement's kind"
+                )
+            blocks = {
+                f: getattr(target, f)
+                for f in ("body", "orelse", "handlers", "finalbody")
+                if hasattr(parsed, f)
+            }
             return [parsed.with_changes(**blocks)]
         return _parse_statements(text, "replacement")
 
-    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
-                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
-                where: str | None) -> list[cst.BaseStatement]:
+    def rewrite(
+        self,
+        original: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        target: cst.BaseStatement,
+        anchor: cst.BaseStatement | None,
+        new: list[cst.BaseStatement],
+        where: str | None,
+    ) -> list[cst.BaseStatement]:
         def replace(node: cst.BaseStatement) -> list[cst.BaseStatement]:
             first = new[0].with_changes(leading_lines=_lines(node))
-            if len(new) == 1 and isinstance(node, cst.SimpleStatementLine) and isinstance(first, cst.SimpleStatementLine):
-                first = first.with_changes(trailing_whitespace=node.trailing_whitespace)  # keeps a trailing comment
+            if (
+                len(new) == 1
+                and isinstance(node, cst.SimpleStatementLine)
+                and isinstance(first, cst.SimpleStatementLine)
+            ):
+                first = first.with_changes(
+                    trailing_whitespace=node.trailing_whitespace
+                )  # keeps a trailing comment
             return [first, *new[1:]]
 
         return _rebuild(original, updated, {id(target): replace})
@@ -305,8 +377,11 @@ class Move(Operator):
     needs_anchor = True
     examples = (
         # The bug this project comes from: the poll placed after the forward.
-        Example(Edit("loop", "move", "if cancel.is_cancelled():", anchor="logits = forward(tokens)", where="after"),
-                before="""\
+        Example(
+            Edit(
+                "loop", "move", "if cancel.is_cancelled():", anchor="logits = forward(tokens)", where="after"
+            ),
+            before="""\
 def loop(cancel, tokens):
     while True:
         if cancel.is_cancelled():
@@ -314,64 +389,88 @@ def loop(cancel, tokens):
         logits = forward(tokens)
         tokens.append(sample(logits))
 """,
-                after="""\
+            after="""\
 def loop(cancel, tokens):
     while True:
         logits = forward(tokens)
         if cancel.is_cancelled():
             break
         tokens.append(sample(logits))
-"""),
-        Example(Edit("run", "move", "state.reset()", anchor="for chunk in chunks:", where="before"),
-                before="""\
+""",
+        ),
+        Example(
+            Edit("run", "move", "state.reset()", anchor="for chunk in chunks:", where="before"),
+            before="""\
 def run(state, chunks):
     for chunk in chunks:
         state.reset()
         state.feed(chunk)
 """,
-                after="""\
+            after="""\
 def run(state, chunks):
     state.reset()
     for chunk in chunks:
         state.feed(chunk)
-"""),
+""",
+        ),
     )
 
-    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
-                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
-                where: str | None) -> list[cst.BaseStatement]:
+    def rewrite(
+        self,
+        original: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        target: cst.BaseStatement,
+        anchor: cst.BaseStatement | None,
+        new: list[cst.BaseStatement],
+        where: str | None,
+    ) -> list[cst.BaseStatement]:
         assert anchor is not None
-        return _rebuild(original, updated, {id(target): lambda node: [],
-                                            id(anchor): lambda node: _place(node, [target], where)})
+        return _rebuild(
+            original,
+            updated,
+            {id(target): lambda node: [], id(anchor): lambda node: _place(node, [target], where)},
+        )
 
 
 class Swap(Operator):
     name = "swap"
     needs_anchor = True
     examples = (
-        Example(Edit("finish", "swap", "lane.release()", anchor="results.append(lane.output)"),
-                before="""\
+        Example(
+            Edit("finish", "swap", "lane.release()", anchor="results.append(lane.output)"),
+            before="""\
 def finish(lane, results):
     # hand the output over, then free the lane
     results.append(lane.output)
     lane.release()
 """,
-                after="""\
+            after="""\
 def finish(lane, results):
     # hand the output over, then free the lane
     lane.release()
     results.append(lane.output)
-"""),
+""",
+        ),
     )
 
-    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
-                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
-                where: str | None) -> list[cst.BaseStatement]:
+    def rewrite(
+        self,
+        original: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        target: cst.BaseStatement,
+        anchor: cst.BaseStatement | None,
+        new: list[cst.BaseStatement],
+        where: str | None,
+    ) -> list[cst.BaseStatement]:
         assert anchor is not None
-        return _rebuild(original, updated, {
-            id(target): lambda node: [anchor.with_changes(leading_lines=_lines(node))],
-            id(anchor): lambda node: [target.with_changes(leading_lines=_lines(node))],
-        })
+        return _rebuild(
+            original,
+            updated,
+            {
+                id(target): lambda node: [anchor.with_changes(leading_lines=_lines(node))],
+                id(anchor): lambda node: [target.with_changes(leading_lines=_lines(node))],
+            },
+        )
 
 
 class Insert(Operator):
@@ -381,19 +480,27 @@ class Insert(Operator):
     name = "insert"
     needs_anchor = True
     examples = (
-        Example(Edit("prefill", "insert", "state.reset()", anchor="state.feed(chunk)", where="before",
-                     replacement="state.reset()"),
-                before="""\
+        Example(
+            Edit(
+                "prefill",
+                "insert",
+                "state.reset()",
+                anchor="state.feed(chunk)",
+                where="before",
+                replacement="state.reset()",
+            ),
+            before="""\
 def prefill(state, chunks):
     for chunk in chunks:
         state.feed(chunk)
 """,
-                after="""\
+            after="""\
 def prefill(state, chunks):
     for chunk in chunks:
         state.reset()
         state.feed(chunk)
-"""),
+""",
+        ),
     )
 
     def prepare(self, edit: Edit, target: cst.BaseStatement, module: cst.Module) -> list[cst.BaseStatement]:
@@ -401,13 +508,21 @@ def prefill(state, chunks):
         new = _parse_statements(edit.replacement, "replacement")
         first = _statement_tokens(cst.Module([]), new[0])
         if not _matches(tokens(edit.statement), first, not isinstance(new[0], cst.SimpleStatementLine)):
-            raise MutantSpecError(f"insert: statement {edit.statement!r} must be the first line of the replacement "
-                                  f"({' '.join(first)!r})")
+            raise MutantSpecError(
+                f"insert: statement {edit.statement!r} must be the first line of the replacement "
+                f"({' '.join(first)!r})"
+            )
         return new
 
-    def rewrite(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
-                target: cst.BaseStatement, anchor: cst.BaseStatement | None, new: list[cst.BaseStatement],
-                where: str | None) -> list[cst.BaseStatement]:
+    def rewrite(
+        self,
+        original: Sequence[cst.BaseStatement],
+        updated: Sequence[cst.BaseStatement],
+        target: cst.BaseStatement,
+        anchor: cst.BaseStatement | None,
+        new: list[cst.BaseStatement],
+        where: str | None,
+    ) -> list[cst.BaseStatement]:
         return _rebuild(original, updated, {id(target): lambda node: _place(node, new, where)})
 
 
@@ -416,8 +531,10 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in (Move(), Delete(), Repla
 
 # -- applying --------------------------------------------------------------------------------------------------
 
-def _rebuild(original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
-             edits: dict[int, object]) -> list[cst.BaseStatement]:
+
+def _rebuild(
+    original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement], edits: dict[int, object]
+) -> list[cst.BaseStatement]:
     """A block's statements with the edits applied; comments above a removed statement stay in place."""
     out: list[cst.BaseStatement] = []
     carried: list[cst.EmptyLine] = []
@@ -437,14 +554,21 @@ def _rebuild(original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseSt
 
 
 class _Rewrite(cst.CSTTransformer):
-    def __init__(self, operator: Operator, target: cst.BaseStatement, anchor: cst.BaseStatement | None,
-                 new: list[cst.BaseStatement], where: str | None) -> None:
+    def __init__(
+        self,
+        operator: Operator,
+        target: cst.BaseStatement,
+        anchor: cst.BaseStatement | None,
+        new: list[cst.BaseStatement],
+        where: str | None,
+    ) -> None:
         self.args = (target, anchor, new, where)
         self.operator = operator
         self.keys = {id(target)} | ({id(anchor)} if anchor is not None else set())
 
-    def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
-                            updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+    def leave_IndentedBlock(
+        self, original_node: cst.IndentedBlock, updated_node: cst.IndentedBlock
+    ) -> cst.IndentedBlock:
         if not any(id(s) in self.keys for s in original_node.body):
             return updated_node
         body = self.operator.rewrite(original_node.body, updated_node.body, *self.args)
@@ -484,10 +608,16 @@ def apply(source: str, edit: Edit, path: str = "<source>") -> Applied:
         anchor_node = anchor.node if anchor else None
         if anchor_node is not None:
             if anchor_node is target.node:
-                raise MutantSpecError(f"statement and anchor are the same statement (line {target.span.line})")
-            if _contains(target.node, anchor_node) or (edit.op == "swap" and _contains(anchor_node, target.node)):
-                raise MutantSpecError(f"op {edit.op}: the anchor (line {anchor.span.line}) and the statement "  # type: ignore[union-attr]
-                                      f"(line {target.span.line}) are nested in one another")
+                raise MutantSpecError(
+                    f"statement and anchor are the same statement (line {target.span.line})"
+                )
+            if _contains(target.node, anchor_node) or (
+                edit.op == "swap" and _contains(anchor_node, target.node)
+            ):
+                raise MutantSpecError(
+                    f"op {edit.op}: the anchor (line {anchor.span.line}) and the statement "  # type: ignore[union-attr]
+                    f"(line {target.span.line}) are nested in one another"
+                )
         new = operator.prepare(edit, target.node, module)
     mutated = module.visit(_Rewrite(operator, target.node, anchor_node, new, edit.where)).code
     if mutated == source:

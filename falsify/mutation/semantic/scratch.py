@@ -22,10 +22,29 @@ from pathlib import Path
 from types import TracebackType
 
 # Never copied: VCS data, caches, virtualenvs, build outputs and our own output directories.
-IGNORE_TOP = {".git", ".tox", ".venv", "venv", ".falsify", "build", "dist", "mutmut-scratch", ".benchmarks",
-              "reports", "evidence", "node_modules"}
-IGNORE_ANYWHERE = ("__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache", ".ruff_cache", "*.egg-info",
-                   "*.pyc")
+IGNORE_TOP = {
+    ".git",
+    ".tox",
+    ".venv",
+    "venv",
+    ".falsify",
+    "build",
+    "dist",
+    "mutmut-scratch",
+    ".benchmarks",
+    "reports",
+    "evidence",
+    "node_modules",
+}
+IGNORE_ANYWHERE = (
+    "__pycache__",
+    ".hypothesis",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "*.egg-info",
+    "*.pyc",
+)
 
 
 class Interrupted(Exception):
@@ -53,8 +72,9 @@ class Scratch:
     def __enter__(self) -> Scratch:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def copy(self, name: str) -> Path:
@@ -82,8 +102,15 @@ class Scratch:
         with self._lock:
             if self._stopping:
                 raise Interrupted(" ".join(cmd[:3]))
-            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
             self._procs.add(proc)
         try:
             output, _ = proc.communicate(timeout=timeout)
@@ -105,10 +132,16 @@ class Scratch:
 
     # -- pytest through the fork server ---------------------------------------------------------------------
     def start_forkserver(self) -> bool:
-        """Start falsify/mutants/forkserver.py; False (and plain subprocesses from then on) if it cannot."""
-        server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("forkserver.py"))], cwd=self.base,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  text=True, start_new_session=True)
+        """Start falsify/mutation/semantic/forkserver.py; False (and plain subprocesses from then on) if it cannot."""
+        server = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("forkserver.py"))],
+            cwd=self.base,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         assert server.stdout is not None
         ready = server.stdout.readline()
         if '"ready"' not in ready:
@@ -118,7 +151,9 @@ class Scratch:
         self._server = server
         return True
 
-    def run_pytest(self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None) -> Finished:
+    def run_pytest(
+        self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None
+    ) -> Finished:
         """`python -m pytest argv` in `cwd`: forked from the server when one runs, else a new interpreter."""
         if self._server is None:
             return self.run([sys.executable, "-m", "pytest", *argv], cwd=cwd, env=env, timeout=timeout)
@@ -129,7 +164,9 @@ class Scratch:
             self._runs += 1
             out = self.base / f"pytest-{self._runs}.out"
             assert self._server.stdin is not None and self._server.stdout is not None
-            self._server.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "out": str(out)}) + "\n")
+            self._server.stdin.write(
+                json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "out": str(out)}) + "\n"
+            )
             self._server.stdin.flush()
             pid = int(json.loads(self._server.stdout.readline())["pid"])
             self._pids.add(pid)

@@ -8,8 +8,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from falsify.corpus import Corpus
-from falsify.plugin import NOT_APPLICABLE
+from falsify.contracts.corpus import Corpus
+from falsify.harness.plugin import NOT_APPLICABLE
 
 
 class Outcome(StrEnum):

@@ -36,9 +36,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from falsify import __version__, stryker
+from falsify import __version__
 from falsify.errors import FalsifyError
-from falsify.mutants.scratch import Scratch
+from falsify.mutation import stryker
+from falsify.mutation.semantic.scratch import Scratch
 from falsify.project import Project, find_project
 from falsify.table import table
 
@@ -47,7 +48,12 @@ HELP = "run mutmut over reference/ in a scratch copy; fail above the survivor bu
 # The serving path: what the contracts are about, and what fits the CI budget (README, Mutants, measured).
 # reference/lanes.py is left to the semantic mutants: its unit test is a stateful machine whose run alone would
 # take most of the budget per mutant.
-DEFAULT_PATHS = ("reference/cancel.py", "reference/sampling.py", "reference/session.py", "reference/prefill.py")
+DEFAULT_PATHS = (
+    "reference/cancel.py",
+    "reference/sampling.py",
+    "reference/session.py",
+    "reference/prefill.py",
+)
 # Fast unit tests of those modules; the hypothesis-heavy falsifiers are `falsify mutants`' job.
 DEFAULT_TESTS = ("tests/test_cancel_token.py", "tests/test_session_unit.py", "tests/test_prefill_unit.py")
 DEFAULT_BUDGET = 0
@@ -56,13 +62,38 @@ DEFAULT_TIMEOUT_MULTIPLIER = 4.0
 DEFAULT_TIMEOUT_CONSTANT = 10.0
 
 # mutmut.stats.status_by_exit_code, restated: reading results must not depend on importing mutmut's CLI module.
-STATUS_BY_EXIT_CODE = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 2: "interrupted", None: "not checked",
-                       33: "no tests", 34: "skipped", 35: "suspicious", 36: "timeout", 37: "caught by type check",
-                       -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", -11: "segfault", -9: "segfault"}
+STATUS_BY_EXIT_CODE = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    2: "interrupted",
+    None: "not checked",
+    33: "no tests",
+    34: "skipped",
+    35: "suspicious",
+    36: "timeout",
+    37: "caught by type check",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    -11: "segfault",
+    -9: "segfault",
+}
 SURVIVING = ("survived", "no tests")
-STRYKER_STATUS = {"killed": "Killed", "timeout": "Timeout", "caught by type check": "CompileError",
-                  "survived": "Survived", "no tests": "NoCoverage", "skipped": "Ignored", "not checked": "Pending",
-                  "suspicious": "RuntimeError", "segfault": "RuntimeError", "interrupted": "Pending"}
+STRYKER_STATUS = {
+    "killed": "Killed",
+    "timeout": "Timeout",
+    "caught by type check": "CompileError",
+    "survived": "Survived",
+    "no tests": "NoCoverage",
+    "skipped": "Ignored",
+    "not checked": "Pending",
+    "suspicious": "RuntimeError",
+    "segfault": "RuntimeError",
+    "interrupted": "Pending",
+}
 CLASS_SEPARATOR = "ǁ"  # mutmut's mangling: module.xǁClassǁmethod__mutmut_3, module.x_function__mutmut_3
 
 
@@ -118,11 +149,24 @@ def read_config(project: Project) -> MutmutConfig:
     """[tool.falsify.mutmut] from pyproject.toml, with defaults; a bad value is a one-line MutmutError."""
     path = project.root / "pyproject.toml"
     try:
-        table_ = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("falsify", {}).get("mutmut", {})
+        table_ = (
+            tomllib.loads(path.read_text(encoding="utf-8"))
+            .get("tool", {})
+            .get("falsify", {})
+            .get("mutmut", {})
+        )
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MutmutError(f"{path}: {exc}") from None
     where = f"{path}: [tool.falsify.mutmut]"
-    known = ("survivor_budget", "paths", "tests", "timeout", "pytest_args", "timeout_multiplier", "timeout_constant")
+    known = (
+        "survivor_budget",
+        "paths",
+        "tests",
+        "timeout",
+        "pytest_args",
+        "timeout_multiplier",
+        "timeout_constant",
+    )
     unknown = sorted(set(table_) - set(known))
     if unknown:
         raise MutmutError(f"{where} has unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
@@ -147,11 +191,19 @@ def read_config(project: Project) -> MutmutConfig:
     constant = table_.get("timeout_constant", DEFAULT_TIMEOUT_CONSTANT)
     if isinstance(constant, bool) or not isinstance(constant, int | float) or constant < 0:
         raise MutmutError(f"{where} timeout_constant must be a number of seconds >= 0, got {constant!r}")
-    return MutmutConfig(budget, lists["paths"], lists["tests"], float(timeout), tuple(args), float(multiplier),
-                        float(constant))
+    return MutmutConfig(
+        budget,
+        lists["paths"],
+        lists["tests"],
+        float(timeout),
+        tuple(args),
+        float(multiplier),
+        float(constant),
+    )
 
 
 # -- what to mutate ---------------------------------------------------------------------------------------------
+
 
 def _git(root: Path, *args: str) -> str:
     proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
@@ -196,8 +248,11 @@ def function_patterns(root: Path, changed: dict[str, set[int] | None]) -> list[s
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 defs.append((f"x_{node.name}", node))
             elif isinstance(node, ast.ClassDef):
-                defs += [(f"x{CLASS_SEPARATOR}{node.name}{CLASS_SEPARATOR}{f.name}", f) for f in node.body
-                         if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
+                defs += [
+                    (f"x{CLASS_SEPARATOR}{node.name}{CLASS_SEPARATOR}{f.name}", f)
+                    for f in node.body
+                    if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                ]
             for mangled, fn in defs:
                 span = set(range(fn.lineno, (fn.end_lineno or fn.lineno) + 1))  # type: ignore[attr-defined]
                 if lines is None or span & lines:
@@ -206,6 +261,7 @@ def function_patterns(root: Path, changed: dict[str, set[int] | None]) -> list[s
 
 
 # -- running mutmut in a scratch copy ---------------------------------------------------------------------------
+
 
 def prepare(tree: Path, project: Project, config: MutmutConfig, files: list[str]) -> None:
     """Make the scratch copy a mutmut project whose ./mutants/ is free for mutmut."""
@@ -222,14 +278,26 @@ def prepare(tree: Path, project: Project, config: MutmutConfig, files: list[str]
         copy_also.append(ours)
     pyproject = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))
     if "mutmut" in pyproject.get("tool", {}):
-        raise MutmutError("pyproject.toml has a [tool.mutmut] table; configure mutmut in [tool.falsify.mutmut]")
+        raise MutmutError(
+            "pyproject.toml has a [tool.mutmut] table; configure mutmut in [tool.falsify.mutmut]"
+        )
     sources = sorted({Path(f).parts[0] for f in files})
-    lines = ["[mutmut]", "source_paths =", *(f"    {d}" for d in sources), "only_mutate =", *(f"    {f}" for f in files),
-             "pytest_add_cli_args_test_selection =", *(f"    {t}" for t in config.tests),
-             "also_copy =", *(f"    {c}" for c in copy_also), f"timeout_multiplier = {config.timeout_multiplier}",
-             f"timeout_constant = {config.timeout_constant}",
-             "pytest_add_cli_args =",
-             *(f"    {a}" for a in ("-p", "no:cacheprovider", *config.pytest_args)), ""]
+    lines = [
+        "[mutmut]",
+        "source_paths =",
+        *(f"    {d}" for d in sources),
+        "only_mutate =",
+        *(f"    {f}" for f in files),
+        "pytest_add_cli_args_test_selection =",
+        *(f"    {t}" for t in config.tests),
+        "also_copy =",
+        *(f"    {c}" for c in copy_also),
+        f"timeout_multiplier = {config.timeout_multiplier}",
+        f"timeout_constant = {config.timeout_constant}",
+        "pytest_add_cli_args =",
+        *(f"    {a}" for a in ("-p", "no:cacheprovider", *config.pytest_args)),
+        "",
+    ]
     setup_cfg = tree / "setup.cfg"
     previous = setup_cfg.read_text(encoding="utf-8") + "\n" if setup_cfg.is_file() else ""
     if "[mutmut]" in previous:
@@ -284,11 +352,17 @@ def locate(tree: Path, mutants: list[MutmutMutant], scratch: Scratch, timeout: f
         return mutants
     names, diffs_path = tree / ".falsify-names.json", tree / ".falsify-diffs.json"
     names.write_text(json.dumps({m.name: m.file for m in mutants}), encoding="utf-8")
-    finished = scratch.run([sys.executable, "-c", _DIFFS_SCRIPT, str(names), str(diffs_path)], cwd=tree,
-                           env=_env(), timeout=timeout)
+    finished = scratch.run(
+        [sys.executable, "-c", _DIFFS_SCRIPT, str(names), str(diffs_path)],
+        cwd=tree,
+        env=_env(),
+        timeout=timeout,
+    )
     diffs = json.loads(diffs_path.read_text(encoding="utf-8")) if diffs_path.is_file() else {}
     if finished.returncode != 0:
-        print(f"mutmut: could not read mutmut's diffs (exit {finished.returncode}); survivors listed without lines")
+        print(
+            f"mutmut: could not read mutmut's diffs (exit {finished.returncode}); survivors listed without lines"
+        )
     sources: dict[str, list[str]] = {}
     out = []
     for m in mutants:
@@ -311,8 +385,15 @@ def _with_line(m: MutmutMutant, diff: str, lines: list[str]) -> MutmutMutant:
             if lines[i].strip() == original.strip():
                 line = i + 1
                 break
-    return MutmutMutant(m.name, m.file, m.status, line or start, original.strip(), (added[0] if added else "").strip(),
-                        m.duration)
+    return MutmutMutant(
+        m.name,
+        m.file,
+        m.status,
+        line or start,
+        original.strip(),
+        (added[0] if added else "").strip(),
+        m.duration,
+    )
 
 
 def _function_line(m: MutmutMutant, lines: list[str]) -> int:
@@ -337,10 +418,17 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_mutmut(project: Project, config: MutmutConfig, *, since: str | None, jobs: int,
-               progress: Any = print) -> MutmutRun:
-    files = sorted({str(p.relative_to(project.root)) for pattern in config.paths
-                    for p in project.root.glob(pattern) if p.suffix == ".py"})
+def run_mutmut(
+    project: Project, config: MutmutConfig, *, since: str | None, jobs: int, progress: Any = print
+) -> MutmutRun:
+    files = sorted(
+        {
+            str(p.relative_to(project.root))
+            for pattern in config.paths
+            for p in project.root.glob(pattern)
+            if p.suffix == ".py"
+        }
+    )
     if not files:
         raise MutmutError(f"[tool.falsify.mutmut] paths {list(config.paths)} match no Python file")
     run = MutmutRun(config, files, since=since)
@@ -368,8 +456,10 @@ def run_mutmut(project: Project, config: MutmutConfig, *, since: str | None, job
             watcher.join()
         log = finished.output
         if finished.returncode is None:
-            raise MutmutError(f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] "
-                              "timeout); narrow paths or tests")
+            raise MutmutError(
+                f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] "
+                "timeout); narrow paths or tests"
+            )
         if finished.returncode != 0:
             raise MutmutError(f"mutmut exited {finished.returncode}:\n{_clean_tail(log)}")
         mutants = read_results(tree, run.files, run.patterns)
@@ -380,8 +470,9 @@ def run_mutmut(project: Project, config: MutmutConfig, *, since: str | None, job
     return run
 
 
-def _report_progress(tree: Path, run: MutmutRun, done: threading.Event, progress: Any,
-                     every: float = 30.0) -> None:
+def _report_progress(
+    tree: Path, run: MutmutRun, done: threading.Event, progress: Any, every: float = 30.0
+) -> None:
     """A line every `every` seconds while mutmut runs, from its .meta files: mutmut's own spinner is not a log."""
     start = time.perf_counter()
     while not done.wait(every):
@@ -391,7 +482,11 @@ def _report_progress(tree: Path, run: MutmutRun, done: threading.Event, progress
             continue
         counts = Counter(m.status for m in mutants)
         checked = len(mutants) - counts["not checked"]
-        phase = f"{checked}/{len(mutants)} mutants checked" if mutants else "generating mutants, running clean tests"
+        phase = (
+            f"{checked}/{len(mutants)} mutants checked"
+            if mutants
+            else "generating mutants, running clean tests"
+        )
         detail = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "not checked")
         progress(f"mutmut: {time.perf_counter() - start:.0f} s: {phase}" + (f" ({detail})" if detail else ""))
 
@@ -403,6 +498,7 @@ def _clean_tail(log: str, n: int = 20) -> str:
 
 # -- reporting --------------------------------------------------------------------------------------------------
 
+
 def verdict(run: MutmutRun) -> tuple[str, bool]:
     counts = run.counts
     total = len(run.mutants)
@@ -412,14 +508,18 @@ def verdict(run: MutmutRun) -> tuple[str, bool]:
     ok = survivors <= run.config.survivor_budget and judged > 0
     rate = f"{100.0 * detected / judged:.1f}%" if judged else "n/a"
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return (f"mutmut: {'PASS' if ok else 'FAIL'} — {total} mutants over {len(run.files)} files ({parts}); kill rate "
-            f"{detected}/{judged} = {rate}; {survivors} survivors (survived or no test) against a budget of "
-            f"{run.config.survivor_budget}; {run.seconds:.0f} s"), ok
+    return (
+        f"mutmut: {'PASS' if ok else 'FAIL'} — {total} mutants over {len(run.files)} files ({parts}); kill rate "
+        f"{detected}/{judged} = {rate}; {survivors} survivors (survived or no test) against a budget of "
+        f"{run.config.survivor_budget}; {run.seconds:.0f} s"
+    ), ok
 
 
 def render_survivors(run: MutmutRun) -> str:
-    rows = [[f"{m.file}:{m.line}", m.status, m.original[:60], m.mutated[:60], m.name.rpartition(".")[2]]
-            for m in sorted(run.survivors, key=lambda m: (m.file, m.line, m.name))]
+    rows = [
+        [f"{m.file}:{m.line}", m.status, m.original[:60], m.mutated[:60], m.name.rpartition(".")[2]]
+        for m in sorted(run.survivors, key=lambda m: (m.file, m.line, m.name))
+    ]
     return table(["where", "status", "original", "mutated", "mutant"], rows)
 
 
@@ -432,26 +532,55 @@ def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
         source_line = files[m.file][0].splitlines()[line - 1] if m.line else ""
         indent = len(source_line) - len(source_line.lstrip())
         loc = stryker.Location(line, indent + 1, line, max(len(source_line), indent + 1) + 1)
-        files[m.file][1].append(stryker.mutant(
-            m.name, "mutmut", loc, STRYKER_STATUS.get(m.status, "RuntimeError"), description=f"mutmut: {m.status}",
-            replacement=m.mutated or None, reason=m.status,
-            duration_ms=m.duration * 1000 if m.duration is not None else None))
-    return stryker.report(files, framework="falsify mutmut", version=__version__, project_root=str(root),
-                          config={"paths": list(run.config.paths), "tests": list(run.config.tests),
-                                  "survivor_budget": run.config.survivor_budget, "since": run.since})
+        files[m.file][1].append(
+            stryker.mutant(
+                m.name,
+                "mutmut",
+                loc,
+                STRYKER_STATUS.get(m.status, "RuntimeError"),
+                description=f"mutmut: {m.status}",
+                replacement=m.mutated or None,
+                reason=m.status,
+                duration_ms=m.duration * 1000 if m.duration is not None else None,
+            )
+        )
+    return stryker.report(
+        files,
+        framework="falsify mutmut",
+        version=__version__,
+        project_root=str(root),
+        config={
+            "paths": list(run.config.paths),
+            "tests": list(run.config.tests),
+            "survivor_budget": run.config.survivor_budget,
+            "since": run.since,
+        },
+    )
 
 
 # -- the command ------------------------------------------------------------------------------------------------
 
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("mutmut", help=HELP, description=__doc__.splitlines()[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
-    p.add_argument("--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)")
+    p = sub.add_parser(
+        "mutmut",
+        help=HELP,
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
+    p.add_argument(
+        "--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)"
+    )
     p.add_argument("-j", "--jobs", type=int, default=0, help="mutmut workers (default: one per core)")
     p.add_argument("--budget", type=int, help="override [tool.falsify.mutmut] survivor_budget")
     p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
-    p.add_argument("--out", type=Path, default=Path(".falsify/mutmut"),
-                   help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutmut)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".falsify/mutmut"),
+        help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutmut)",
+    )
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -459,7 +588,7 @@ def _sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from falsify.mutants.runner import available_cores
+    from falsify.mutation.semantic.runner import available_cores
 
     if shutil.which("git") is None and args.since:
         raise MutmutError("--since needs git on PATH")
@@ -479,8 +608,13 @@ def run(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, timeout=args.timeout)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        result = run_mutmut(project, config, since=args.since, jobs=args.jobs or available_cores(),
-                            progress=lambda line: print(line, flush=True))
+        result = run_mutmut(
+            project,
+            config,
+            since=args.since,
+            jobs=args.jobs or available_cores(),
+            progress=lambda line: print(line, flush=True),
+        )
     finally:
         signal.signal(signal.SIGTERM, previous)
     if args.since and not result.patterns:
@@ -492,8 +626,9 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = to_stryker(result, project.root)
     (out / "mutation-report.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
-    (out / "mutation-report.html").write_text(stryker.render_html(data, "falsify mutmut: operator mutants"),
-                                              encoding="utf-8")
+    (out / "mutation-report.html").write_text(
+        stryker.render_html(data, "falsify mutmut: operator mutants"), encoding="utf-8"
+    )
     summary, ok = verdict(result)
     print()
     print(summary)

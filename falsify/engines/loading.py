@@ -9,7 +9,7 @@ from falsify.errors import FalsifyError
 
 REGISTERED = {
     "reference": "reference.engine:ReferenceEngine",
-    "hf": "falsify.adapters.hf:HFEngine",
+    "hf": "falsify.engines.adapters.hf:HFEngine",
 }
 
 

@@ -1,4 +1,4 @@
-"""A pytest plugin for mutant runs (`-p falsify.mutants.probe`), configured through the environment:
+"""A pytest plugin for mutant runs (`-p falsify.mutation.semantic.probe`), configured through the environment:
 
 - records the file each edited module was imported from, so the runner can prove the tests saw the mutated copy
   before it believes a survivor (mutmut proves the same with a forced-fail run; a path is cheaper and also
@@ -29,13 +29,14 @@ class StopWhenRed:
         self.red: set[str] = set()
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[
-            None, pytest.TestReport, pytest.TestReport]:
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         if report.failed:
             ids = {pid for mark in item.iter_markers("falsifies") for pid in mark.args}
             violated = getattr(call.excinfo.value, "prediction_id", None) if call.excinfo else None
-            # Same rule as falsify.results: a ContractViolation reddens its own prediction, anything else all of
+            # Same rule as falsify.harness.results: a ContractViolation reddens its own prediction, anything else all of
             # the test's predictions.
             self.red |= {violated} if isinstance(violated, str) and violated in ids else ids
             if self.wanted <= self.red:

@@ -26,12 +26,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from falsify.corpus import Corpus, Mutant
-from falsify.mutants import probe
-from falsify.mutants.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
-from falsify.mutants.scratch import Finished, Interrupted, Scratch
+from falsify.contracts.corpus import Corpus, Mutant
+from falsify.harness.results import Outcome, PredictionResult, per_prediction
+from falsify.mutation.semantic import probe
+from falsify.mutation.semantic.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
+from falsify.mutation.semantic.scratch import Finished, Interrupted, Scratch
 from falsify.project import Project, find_project
-from falsify.results import Outcome, PredictionResult, per_prediction
 
 SCOPES = ("kills", "contract", "all")
 RED = (Outcome.FAIL, Outcome.ERROR)
@@ -124,8 +124,9 @@ def available_cores() -> int:
 
 
 class Runner:
-    def __init__(self, project: Project, corpus: Corpus, settings: Settings,
-                 progress: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, project: Project, corpus: Corpus, settings: Settings, progress: Callable[[str], None] = print
+    ) -> None:
         self.project = project
         self.corpus = corpus
         self.settings = settings
@@ -139,14 +140,35 @@ class Runner:
             self._progress(line)
 
     # -- one pytest run in a scratch copy ------------------------------------------------------------------------
-    def pytest(self, scratch: Scratch, tree: Path, targets: list[str], *, timeout: float | None,
-               stop_when_red: tuple[str, ...] = ()) -> tuple[Finished, dict[str, Any] | None, dict[str, Any]]:
+    def pytest(
+        self,
+        scratch: Scratch,
+        tree: Path,
+        targets: list[str],
+        *,
+        timeout: float | None,
+        stop_when_red: tuple[str, ...] = (),
+    ) -> tuple[Finished, dict[str, Any] | None, dict[str, Any]]:
         rel = lambda p: p.relative_to(self.project.root)  # noqa: E731
         results, probe_out = tree / ".falsify-results.json", tree / ".falsify-probe.json"
-        argv = [*targets, "--falsify-only",
-               "--falsify-contracts", str(tree / rel(self.project.contracts)), "--falsify-results", str(results),
-               "--engine", self.settings.engine, "-p", "no:cacheprovider", "-p", "falsify.mutants.probe", "-q",
-               "--tb=line", "-o", "addopts="]
+        argv = [
+            *targets,
+            "--falsify-only",
+            "--falsify-contracts",
+            str(tree / rel(self.project.contracts)),
+            "--falsify-results",
+            str(results),
+            "--engine",
+            self.settings.engine,
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "falsify.mutation.semantic.probe",
+            "-q",
+            "--tb=line",
+            "-o",
+            "addopts=",
+        ]
         env = os.environ.copy()
         # The copy's packages must win over any editable install of the working tree: cwd and PYTHONPATH both
         # point at the copy, and the probe checks the outcome.
@@ -166,37 +188,65 @@ class Runner:
         tree = scratch.copy("control")
         tests_dir = str(self.project.tests.relative_to(self.project.root))
         try:
-            finished, data, _ = self.pytest(scratch, tree, [tests_dir, "--collect-only"],
-                                            timeout=self.settings.control_timeout)
+            finished, data, _ = self.pytest(
+                scratch, tree, [tests_dir, "--collect-only"], timeout=self.settings.control_timeout
+            )
             if data is None or data.get("binding_problems"):
-                problems = (data or {}).get("binding_problems") or [_tail(finished.output, "pytest could not "
-                                                                          "collect the falsifiers")]
+                problems = (data or {}).get("binding_problems") or [
+                    _tail(finished.output, "pytest could not collect the falsifiers")
+                ]
                 return Control(False, finished.seconds, {}, [], "\n".join(problems), {})
             tests = {c["nodeid"]: tuple(c["predictions"]) for c in data.get("collected", [])}
             selected = sorted({t for m in mutants for t in self.selected_tests(m, tests)})
             if not selected:
-                return Control(False, finished.seconds, tests, [], "no falsifier is bound to any prediction the "
-                               "mutants list in `kills`", {})
-            finished, data, probed = self.pytest(scratch, tree, selected, timeout=self.settings.control_timeout)
+                return Control(
+                    False,
+                    finished.seconds,
+                    tests,
+                    [],
+                    "no falsifier is bound to any prediction the mutants list in `kills`",
+                    {},
+                )
+            finished, data, probed = self.pytest(
+                scratch, tree, selected, timeout=self.settings.control_timeout
+            )
             imported = probed.get("modules", {})
         finally:
             scratch.remove(tree)
         if data is None:
-            return Control(False, finished.seconds, tests, [], _tail(finished.output, "pytest wrote no results"),
-                           imported)
+            return Control(
+                False,
+                finished.seconds,
+                tests,
+                [],
+                _tail(finished.output, "pytest wrote no results"),
+                imported,
+            )
         rows = per_prediction(self.corpus, data)
-        problems = [f"{r.id} is {r.outcome} on the unmutated tree: {r.detail}" for r in rows if r.outcome in RED]
+        problems = [
+            f"{r.id} is {r.outcome} on the unmutated tree: {r.detail}" for r in rows if r.outcome in RED
+        ]
         if finished.returncode is None:
             problems.append(f"the control run timed out after {self.settings.control_timeout:.0f} s")
         elif finished.returncode != 0 and not problems:
             problems.append(_tail(finished.output, f"pytest exited {finished.returncode}"))
         for name, file in imported.items():
             if file is not None and not Path(file).resolve().is_relative_to(tree.resolve()):
-                problems.append(f"the falsifiers imported {name} from {file}, not from the scratch copy {tree}: an "
-                                "installed copy shadows the project (mutants would run against the wrong code)")
+                problems.append(
+                    f"the falsifiers imported {name} from {file}, not from the scratch copy {tree}: an "
+                    "installed copy shadows the project (mutants would run against the wrong code)"
+                )
         durations = {nid: float(r.get("duration", 0.0)) for nid, r in data.get("tests", {}).items()}
-        return Control(not problems, finished.seconds, tests, rows, "\n".join(problems), imported, tuple(selected),
-                       durations)
+        return Control(
+            not problems,
+            finished.seconds,
+            tests,
+            rows,
+            "\n".join(problems),
+            imported,
+            tuple(selected),
+            durations,
+        )
 
     # -- one mutant --------------------------------------------------------------------------------------------
     def selected_tests(self, m: Mutant, tests: dict[str, tuple[str, ...]] | None = None) -> list[str]:
@@ -213,8 +263,10 @@ class Runner:
         # The tests of the predictions it must kill first, quickest first (by the control's durations): with
         # early stop, the run ends at the first red test of the last prediction still green.
         cost = self.control.durations if self.control is not None else {}
-        first = sorted((nid for nid, preds in tests.items() if set(m.kills) & set(preds)),
-                       key=lambda nid: cost.get(nid, 0.0))
+        first = sorted(
+            (nid for nid, preds in tests.items() if set(m.kills) & set(preds)),
+            key=lambda nid: cost.get(nid, 0.0),
+        )
         return first + [nid for nid, preds in tests.items() if wanted & set(preds) and nid not in first]
 
     def run_mutant(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
@@ -233,50 +285,96 @@ class Runner:
         assert self.control is not None
         not_run = [pid for pid in m.kills if _control_outcome(self.control, pid) is not Outcome.PASS]
         if not_run:
-            return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span,
-                                detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill")
+            return MutantResult(
+                m,
+                MutantOutcome.ERROR,
+                diff=diff,
+                span=applied.span,
+                detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill",
+            )
         if self.control.imported.get(module_name(m.file)) is None:
-            return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span,
-                                detail=f"no falsifier imports {module_name(m.file)}: nothing could see this mutant")
+            return MutantResult(
+                m,
+                MutantOutcome.ERROR,
+                diff=diff,
+                span=applied.span,
+                detail=f"no falsifier imports {module_name(m.file)}: nothing could see this mutant",
+            )
         tests = self.selected_tests(m)
         if not tests:
-            return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span,
-                                detail="no falsifier is bound to the predictions in `kills`")
+            return MutantResult(
+                m,
+                MutantOutcome.ERROR,
+                diff=diff,
+                span=applied.span,
+                detail="no falsifier is bound to the predictions in `kills`",
+            )
         tree = scratch.copy(m.id)
         try:
-            return self._judge(m, applied, diff, tests, *self._run_in(scratch, tree, m, applied, tests, timeout))
+            return self._judge(
+                m, applied, diff, tests, *self._run_in(scratch, tree, m, applied, tests, timeout)
+            )
         finally:
             scratch.remove(tree)
 
-    def _run_in(self, scratch: Scratch, tree: Path, m: Mutant, applied: Applied, tests: list[str],
-                timeout: float) -> tuple[Finished, dict[str, Any] | None, dict[str, Any], Path]:
+    def _run_in(
+        self, scratch: Scratch, tree: Path, m: Mutant, applied: Applied, tests: list[str], timeout: float
+    ) -> tuple[Finished, dict[str, Any] | None, dict[str, Any], Path]:
         target = tree / m.file
         target.write_text(applied.mutated, encoding="utf-8")
         stop = () if self.settings.full else m.kills
         finished, data, probed = self.pytest(scratch, tree, tests, timeout=timeout, stop_when_red=stop)
         return finished, data, probed, target
 
-    def _judge(self, m: Mutant, applied: Applied, diff: str, tests: list[str], finished: Finished,
-               data: dict[str, Any] | None, probed: dict[str, Any], target: Path) -> MutantResult:
+    def _judge(
+        self,
+        m: Mutant,
+        applied: Applied,
+        diff: str,
+        tests: list[str],
+        finished: Finished,
+        data: dict[str, Any] | None,
+        probed: dict[str, Any],
+        target: Path,
+    ) -> MutantResult:
         imported: dict[str, str | None] = probed.get("modules", {})
-        base = {"diff": diff, "span": applied.span, "tests": tuple(tests), "seconds": finished.seconds,
-                "cpu": probed.get("cpu")}
+        base = {
+            "diff": diff,
+            "span": applied.span,
+            "tests": tuple(tests),
+            "seconds": finished.seconds,
+            "cpu": probed.get("cpu"),
+        }
         if finished.returncode is None:
-            return MutantResult(m, MutantOutcome.TIMEOUT, detail=f"the falsifiers ran past {finished.seconds:.0f} s",
-                                **base)  # type: ignore[arg-type]
+            return MutantResult(
+                m, MutantOutcome.TIMEOUT, detail=f"the falsifiers ran past {finished.seconds:.0f} s", **base
+            )  # type: ignore[arg-type]
         name = module_name(m.file)
         file = imported.get(name)
         if file is not None and Path(file).resolve() != target.resolve():
-            return MutantResult(m, MutantOutcome.ERROR, detail=f"the falsifiers imported {name} from {file}, not the "
-                                f"mutated copy {target}", **base)  # type: ignore[arg-type]
+            return MutantResult(
+                m,
+                MutantOutcome.ERROR,
+                detail=f"the falsifiers imported {name} from {file}, not the mutated copy {target}",
+                **base,
+            )  # type: ignore[arg-type]
         if data is None or finished.returncode not in (0, 1):
-            return MutantResult(m, MutantOutcome.ERROR, detail=_tail(finished.output, f"pytest exited "
-                                f"{finished.returncode}"), **base)  # type: ignore[arg-type]
+            return MutantResult(
+                m,
+                MutantOutcome.ERROR,
+                detail=_tail(finished.output, f"pytest exited {finished.returncode}"),
+                **base,
+            )  # type: ignore[arg-type]
         rows = [r for r in per_prediction(self.corpus, data) if r.outcome is not Outcome.NOT_RUN or r.tests]
-        ran = [nid for nid, r in data.get("tests", {}).items() if r.get("outcome") in ("passed", "failed", "error")]
+        ran = [
+            nid
+            for nid, r in data.get("tests", {}).items()
+            if r.get("outcome") in ("passed", "failed", "error")
+        ]
         if not ran:
-            return MutantResult(m, MutantOutcome.ERROR, detail=_tail(finished.output, "no falsifier ran"),
-                                **base)  # type: ignore[arg-type]
+            return MutantResult(
+                m, MutantOutcome.ERROR, detail=_tail(finished.output, "no falsifier ran"), **base
+            )  # type: ignore[arg-type]
         red = {r.id for r in rows if r.outcome in RED}
         killed_by = tuple(p for p in m.kills if p in red)
         missed = tuple(p for p in m.kills if p not in red)
@@ -285,18 +383,17 @@ class Runner:
         outcomes = {r.id: str(r.outcome) for r in rows}
         if red:
             why = "; ".join(f"{r.id}: {r.detail}" for r in rows if r.outcome in RED)
-            return MutantResult(m, MutantOutcome.KILLED, killed_by, missed, also, outcomes, failing,
-                                detail=why, **base)  # type: ignore[arg-type]
+            return MutantResult(
+                m, MutantOutcome.KILLED, killed_by, missed, also, outcomes, failing, detail=why, **base
+            )  # type: ignore[arg-type]
         if file is None:
             detail = f"no selected falsifier imported {name}"
         elif finished.returncode == 1:
             detail = _tail(finished.output, "pytest failed, but no prediction turned red")
-            return MutantResult(m, MutantOutcome.ERROR, (), missed, (), outcomes, detail=detail,
-                                **base)  # type: ignore[arg-type]
+            return MutantResult(m, MutantOutcome.ERROR, (), missed, (), outcomes, detail=detail, **base)  # type: ignore[arg-type]
         else:
             detail = f"{len(ran)} falsifiers stayed green"
-        return MutantResult(m, MutantOutcome.SURVIVED, (), missed, (), outcomes, detail=detail,
-                            **base)  # type: ignore[arg-type]
+        return MutantResult(m, MutantOutcome.SURVIVED, (), missed, (), outcomes, detail=detail, **base)  # type: ignore[arg-type]
 
     # -- everything ---------------------------------------------------------------------------------------------
     def run(self, mutants: list[Mutant]) -> Run:
@@ -307,13 +404,17 @@ class Runner:
             try:
                 if self.settings.forkserver and not any(m.file.startswith("falsify/") for m in mutants):
                     scratch.start_forkserver()
-                self.say("mutants: control — the mutants' falsifiers on an unmutated copy (HYPOTHESIS_PROFILE=mutation)")
+                self.say(
+                    "mutants: control — the mutants' falsifiers on an unmutated copy (HYPOTHESIS_PROFILE=mutation)"
+                )
                 self.control = run.control = self.run_control(scratch, mutants)
                 if not self.control.ok:
                     run.wall = time.perf_counter() - start
                     return run
-                self.say(f"mutants: control green — {len(self.control.selected)} falsifiers in {self.control.seconds:.1f} s; running "
-                         f"{len(mutants)} mutants on {run.jobs} workers (scope {self.settings.scope})")
+                self.say(
+                    f"mutants: control green — {len(self.control.selected)} falsifiers in {self.control.seconds:.1f} s; running "
+                    f"{len(mutants)} mutants on {run.jobs} workers (scope {self.settings.scope})"
+                )
                 timeout = self.settings.timeout or max(60.0, 5 * self.control.seconds)
                 done = 0
                 with ThreadPoolExecutor(max_workers=run.jobs) as pool:
@@ -362,7 +463,7 @@ def _tail(output: str, what: str, lines: int = 15) -> str:
 
 def load(project: Project | None = None) -> tuple[Project, Corpus, list[str]]:
     """The project's contracts and mutants, linted together."""
-    from falsify.gate import lint_project
+    from falsify.harness.gate import lint_project
 
     project = project or find_project()
     corpus, problems = lint_project(project)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from falsify.corpus import Corpus, Prediction, project_corpus
+from falsify.contracts.corpus import Corpus, Prediction, project_corpus
 from falsify.errors import ContractError, ContractViolation, FormulaError
 
 

@@ -18,10 +18,10 @@ from typing import Any
 import fastjsonschema
 import jsonschema
 
+from falsify.contracts.formula import Formula, parse
+from falsify.contracts.yamlfile import Located, format_path, load_yaml
 from falsify.errors import ContractError, FormulaError, Problem
-from falsify.formula import Formula, parse
 from falsify.project import find_project, schema_path
-from falsify.yamlfile import Located, format_path, load_yaml
 
 YAML_SUFFIXES = (".yaml", ".yml")
 

@@ -12,32 +12,55 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from falsify.lint import EXIT_EMPTY
-from falsify.mutants import report
-from falsify.mutants.runner import SCOPES, Runner, Settings, load
+from falsify.contracts.lint import EXIT_EMPTY
+from falsify.mutation.semantic import report
+from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
 
 HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("mutants", help=HELP, description=__doc__.splitlines()[0],
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n", 2)[2])
+    p = sub.add_parser(
+        "mutants",
+        help=HELP,
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
     p.add_argument("ids", nargs="*", help="mutant ids to run (default: every file in the mutants directory)")
     p.add_argument("--engine", default="reference", help="reference (default), hf, or module:factory")
-    p.add_argument("--scope", choices=SCOPES, default="kills",
-                   help="falsifiers run per mutant: those bound to its `kills` predictions (default), every "
-                        "falsifier of those predictions' contracts, or all")
-    p.add_argument("--full", action="store_true",
-                   help="run every selected falsifier even once all of `kills` is red (a complete kill matrix)")
+    p.add_argument(
+        "--scope",
+        choices=SCOPES,
+        default="kills",
+        help="falsifiers run per mutant: those bound to its `kills` predictions (default), every "
+        "falsifier of those predictions' contracts, or all",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="run every selected falsifier even once all of `kills` is red (a complete kill matrix)",
+    )
     p.add_argument("-j", "--jobs", type=int, default=0, help="mutants run at once (default: one per core)")
     p.add_argument("--timeout", type=float, help="seconds per mutant (default: 60, or 5x the control run)")
     p.add_argument("--diff", action="store_true", help="print each mutant's diff")
-    p.add_argument("--no-forkserver", dest="forkserver", action="store_false",
-                   help="start a new interpreter per pytest run instead of forking from a warm one")
-    p.add_argument("--strict", action="store_true",
-                   help="also fail when a mutant is killed but not by every prediction its file lists")
-    p.add_argument("--out", type=Path, default=Path(".falsify/mutants"),
-                   help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutants)")
+    p.add_argument(
+        "--no-forkserver",
+        dest="forkserver",
+        action="store_false",
+        help="start a new interpreter per pytest run instead of forking from a warm one",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail when a mutant is killed but not by every prediction its file lists",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".falsify/mutants"),
+        help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutants)",
+    )
 
 
 def _sigterm(signum: int, frame: FrameType | None) -> None:
@@ -60,8 +83,14 @@ def run(args: argparse.Namespace) -> int:
     if not mutants:
         print(f"mutants: no mutant found in {project.mutants} (an empty set is never a pass)")
         return EXIT_EMPTY
-    settings = Settings(engine=args.engine, jobs=args.jobs, scope=args.scope, full=args.full, timeout=args.timeout,
-                        forkserver=args.forkserver)
+    settings = Settings(
+        engine=args.engine,
+        jobs=args.jobs,
+        scope=args.scope,
+        full=args.full,
+        timeout=args.timeout,
+        forkserver=args.forkserver,
+    )
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         result = Runner(project, corpus, settings, progress=lambda line: print(line, flush=True)).run(mutants)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from falsify.corpus import Corpus, load_corpus
+from falsify.contracts.corpus import Corpus, load_corpus
 from falsify.errors import ContractError, Problem
 
 EXIT_CLEAN, EXIT_ERRORS, EXIT_EMPTY = 0, 1, 2

@@ -4,7 +4,7 @@ This is the bug apr-serve-cancellation-v1 comes from, written as an outside adap
 Model protocol: new_state, forward) rather than as a mutant of reference/session.py: the forward that finds
 the run cancelled has already run, and its logits are thrown away. With a budget of n polls the run emits n
 tokens and runs n decode forwards, so the falsifiers must report FALSIFY-SERVE-CANCEL-002
-(decode_forwards == emitted - 1) red on it: `falsify gate --engine falsify.adapters.broken:BrokenEngine`.
+(decode_forwards == emitted - 1) red on it: `falsify gate --engine falsify.engines.adapters.broken:BrokenEngine`.
 
 Only `generate` is offered: every other capability is NOT APPLICABLE, so the gate checks just this loop.
 """

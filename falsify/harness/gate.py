@@ -10,10 +10,10 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from falsify.corpus import Corpus, load_corpus
-from falsify.lint import EXIT_EMPTY
+from falsify.contracts.corpus import Corpus, load_corpus
+from falsify.contracts.lint import EXIT_EMPTY
+from falsify.harness.results import Outcome, PredictionResult, load_results, per_prediction
 from falsify.project import Project
-from falsify.results import Outcome, PredictionResult, load_results, per_prediction
 from falsify.table import table
 
 

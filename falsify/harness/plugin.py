@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from falsify import checks as check_module
-from falsify.checks import Observation
-from falsify.corpus import Corpus, project_corpus
-from falsify.engines import EngineError, load_engine
+from falsify.contracts.corpus import Corpus, project_corpus
+from falsify.engines.loading import EngineError, load_engine
+from falsify.harness import checks as check_module
+from falsify.harness.checks import Observation
 from falsify.project import find_project
 
 NOT_APPLICABLE = "NOT APPLICABLE: "

@@ -30,15 +30,33 @@ class Location:
     end_column: int
 
     def as_json(self) -> dict[str, Any]:
-        return {"start": {"line": max(self.line, 1), "column": max(self.column, 1)},
-                "end": {"line": max(self.end_line, 1), "column": max(self.end_column, 1)}}
+        return {
+            "start": {"line": max(self.line, 1), "column": max(self.column, 1)},
+            "end": {"line": max(self.end_line, 1), "column": max(self.end_column, 1)},
+        }
 
 
-def mutant(id: str, mutator: str, location: Location, status: str, *, description: str = "",
-           replacement: str | None = None, killed_by: list[str] | None = None, covered_by: list[str] | None = None,
-           reason: str = "", duration_ms: float | None = None, tests_completed: int | None = None) -> dict[str, Any]:
+def mutant(
+    id: str,
+    mutator: str,
+    location: Location,
+    status: str,
+    *,
+    description: str = "",
+    replacement: str | None = None,
+    killed_by: list[str] | None = None,
+    covered_by: list[str] | None = None,
+    reason: str = "",
+    duration_ms: float | None = None,
+    tests_completed: int | None = None,
+) -> dict[str, Any]:
     """One MutantResult of the schema."""
-    entry: dict[str, Any] = {"id": id, "mutatorName": mutator, "location": location.as_json(), "status": status}
+    entry: dict[str, Any] = {
+        "id": id,
+        "mutatorName": mutator,
+        "location": location.as_json(),
+        "status": status,
+    }
     if description:
         entry["description"] = description
     if replacement is not None:
@@ -56,18 +74,30 @@ def mutant(id: str, mutator: str, location: Location, status: str, *, descriptio
     return entry
 
 
-def report(files: dict[str, tuple[str, list[dict[str, Any]]]], *, framework: str, version: str,
-           config: dict[str, Any] | None = None, tests: list[str] | None = None,
-           performance: dict[str, float] | None = None, project_root: str | None = None) -> dict[str, Any]:
+def report(
+    files: dict[str, tuple[str, list[dict[str, Any]]]],
+    *,
+    framework: str,
+    version: str,
+    config: dict[str, Any] | None = None,
+    tests: list[str] | None = None,
+    performance: dict[str, float] | None = None,
+    project_root: str | None = None,
+) -> dict[str, Any]:
     """A MutationTestResult: `files` maps a path (relative to the project root) to (its source, its mutants)."""
     out: dict[str, Any] = {
         "schemaVersion": SCHEMA_VERSION,
         "thresholds": dict(THRESHOLDS),
-        "files": {path: {"language": "python", "source": source, "mutants": ms}
-                  for path, (source, ms) in sorted(files.items())},
+        "files": {
+            path: {"language": "python", "source": source, "mutants": ms}
+            for path, (source, ms) in sorted(files.items())
+        },
         "framework": {"name": framework, "version": version},
-        "system": {"ci": bool(os.environ.get("CI")), "os": {"platform": platform.system().lower()},
-                   "cpu": {"logicalCores": os.cpu_count() or 1}},
+        "system": {
+            "ci": bool(os.environ.get("CI")),
+            "os": {"platform": platform.system().lower()},
+            "cpu": {"logicalCores": os.cpu_count() or 1},
+        },
     }
     if config is not None:
         out["config"] = config
@@ -111,28 +141,43 @@ def render_html(data: dict[str, Any], title: str = "Mutation report") -> str:
     e = html.escape
     counts, pct = score(data)
     total = sum(counts.values())
-    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title>",
-             f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>"]
+    parts = [
+        f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title>",
+        f"<style>{_CSS}</style></head><body><h1>{e(title)}</h1>",
+    ]
     framework = data.get("framework", {})
-    parts.append(f"<p>{e(framework.get('name', ''))} {e(framework.get('version', ''))} — {total} mutants; "
-                 f"mutation score {'n/a' if pct is None else f'{pct:.1f}%'} "
-                 f"(thresholds: high {data['thresholds']['high']}, low {data['thresholds']['low']})</p>")
-    parts.append("<table><tr>" + "".join(f"<th class={e(s)}>{e(s)}</th>" for s in sorted(counts)) + "</tr><tr>"
-                 + "".join(f"<td>{counts[s]}</td>" for s in sorted(counts)) + "</tr></table>")
+    parts.append(
+        f"<p>{e(framework.get('name', ''))} {e(framework.get('version', ''))} — {total} mutants; "
+        f"mutation score {'n/a' if pct is None else f'{pct:.1f}%'} "
+        f"(thresholds: high {data['thresholds']['high']}, low {data['thresholds']['low']})</p>"
+    )
+    parts.append(
+        "<table><tr>"
+        + "".join(f"<th class={e(s)}>{e(s)}</th>" for s in sorted(counts))
+        + "</tr><tr>"
+        + "".join(f"<td>{counts[s]}</td>" for s in sorted(counts))
+        + "</tr></table>"
+    )
     for path, f in data["files"].items():
         ms = sorted(f["mutants"], key=lambda m: (m["location"]["start"]["line"], m["id"]))
         file_counts = Counter(m["status"] for m in ms)
-        parts.append(f"<h2 id='{e(path, quote=True)}'>{e(path)}</h2><p>"
-                     + ", ".join(f"{n} {e(s)}" for s, n in sorted(file_counts.items())) + "</p>")
-        parts.append("<table><tr><th>mutant</th><th>status</th><th>mutator</th><th>line</th><th>description</th>"
-                     "<th>replacement</th><th>killed by</th><th>reason</th></tr>")
+        parts.append(
+            f"<h2 id='{e(path, quote=True)}'>{e(path)}</h2><p>"
+            + ", ".join(f"{n} {e(s)}" for s, n in sorted(file_counts.items()))
+            + "</p>"
+        )
+        parts.append(
+            "<table><tr><th>mutant</th><th>status</th><th>mutator</th><th>line</th><th>description</th>"
+            "<th>replacement</th><th>killed by</th><th>reason</th></tr>"
+        )
         for m in ms:
             parts.append(
                 f"<tr class={e(m['status'])}><td>{e(m['id'])}</td><td>{e(m['status'])}</td>"
                 f"<td>{e(m['mutatorName'])}</td><td><a href='#{e(path, quote=True)}:{m['location']['start']['line']}'>"
                 f"{m['location']['start']['line']}</a></td><td>{e(m.get('description', ''))}</td>"
                 f"<td><pre>{e(m.get('replacement', ''))}</pre></td><td>{e(', '.join(m.get('killedBy', [])))}</td>"
-                f"<td><pre>{e(m.get('statusReason', ''))}</pre></td></tr>")
+                f"<td><pre>{e(m.get('statusReason', ''))}</pre></td></tr>"
+            )
         parts.append("</table>")
         hit: dict[int, str] = {}
         for m in ms:
@@ -142,8 +187,10 @@ def render_html(data: dict[str, Any], title: str = "Mutation report") -> str:
         parts.append("<details><summary>source</summary><table class=src>")
         for n, text in enumerate(f["source"].splitlines(), 1):
             cls = f" class='hit {e(hit[n])}'" if n in hit else ""
-            parts.append(f"<tr id='{e(path, quote=True)}:{n}'{cls}><td class=n>{n}</td><td><pre>{e(text)}</pre>"
-                         "</td></tr>")
+            parts.append(
+                f"<tr id='{e(path, quote=True)}:{n}'{cls}><td class=n>{n}</td><td><pre>{e(text)}</pre>"
+                "</td></tr>"
+            )
         parts.append("</table></details>")
     # `</` cannot close the script element early once escaped; the JSON stays parseable.
     blob = json.dumps(data, sort_keys=True).replace("</", "<\\/")
