@@ -16,5 +16,16 @@ __version__ = "0.1.0"
 
 from falsify.errors import BindingError, ContractError, ContractViolation, FalsifyError, FormulaError
 from falsify.harness.checks import check
+from falsify.harness.instruments import CountingCancel, CountingModel, Forward
 
-__all__ = ["BindingError", "ContractError", "ContractViolation", "FalsifyError", "FormulaError", "check"]
+__all__ = [
+    "BindingError",
+    "ContractError",
+    "ContractViolation",
+    "CountingCancel",
+    "CountingModel",
+    "FalsifyError",
+    "FormulaError",
+    "Forward",
+    "check",
+]
