@@ -60,9 +60,9 @@ def main() -> int:
         mid: {"wall": statistics.median(t["wall"]), "cpu": statistics.median(t["cpu"]) if t["cpu"] else None}
         for mid, t in per.items()
     }
-    walls = [v["wall"] for v in medians.values()]
+    walls = [v["wall"] for v in medians.values() if v["wall"] is not None]
     cpus = [v["cpu"] for v in medians.values() if v["cpu"] is not None]
-    result = {
+    summary = {
         "benchmark": "mutants",
         "mutants": len(mutants),
         "repeats": args.repeats,
@@ -87,7 +87,7 @@ def main() -> int:
         "cores": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],  # the machine is shared: read the wall figures against this
     }
-    text = json.dumps(result, indent=2)
+    text = json.dumps(summary, indent=2)
     print(text)
     if args.out:
         args.out.write_text(text)

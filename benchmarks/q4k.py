@@ -82,7 +82,7 @@ def main() -> int:
     try:
         import gguf
     except ImportError:
-        gguf = None
+        gguf = None  # type: ignore[assignment]  # optional: the gguf contender is skipped
 
     quant: dict[str, Callable[[], object]] = {"ours": lambda: Q4_K.quantize(W)}
     if lib is not None:

@@ -23,7 +23,7 @@ from reference.weights import expected_shapes
 
 TINY_VERSION = 1  # bump whenever the generator below changes: the cache dir name carries it
 
-TINY_CONFIG = {
+TINY_CONFIG: dict[str, Any] = {
     "architectures": ["Qwen3_5ForCausalLM"],
     "model_type": "qwen3_5_text",
     "vocab_size": 512,

@@ -69,10 +69,10 @@ def test_bad_budget_is_a_clear_error(bad: object) -> None:
     if bad is None:
         # None is the constructor's "no budget"; with_budget needs a number
         with pytest.raises(ValueError, match="cancel budget must be an int >= 0, got None"):
-            CancelToken.with_budget(bad)  # type: ignore[arg-type]
+            CancelToken.with_budget(bad)
         return
     with pytest.raises(ValueError, match="cancel budget must be an int >= 0"):
-        CancelToken.with_budget(bad)  # type: ignore[arg-type]
+        CancelToken.with_budget(bad)
 
 
 def test_cancel_from_another_thread_is_seen_by_the_poller() -> None:

@@ -14,6 +14,7 @@ import textwrap
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -250,7 +251,7 @@ def copy(built: Path, tmp_path: Path) -> Path:
     return tmp_path / "c"
 
 
-def statements(bundle: Path) -> list[dict[str, object]]:
+def statements(bundle: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (bundle / STATEMENTS).read_text(encoding="utf-8").splitlines()]
 
 

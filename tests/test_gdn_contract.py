@@ -15,7 +15,7 @@ ODD_LENGTHS = [63, 75, 150, 500]
 HK, HV, DK, DV = 2, 4, 16, 24  # kernel-level heads: Hv = 2 Hk exercises the value-head -> key-head mapping
 
 
-def twin_inputs(seed: int, length: int, max_log_decay: float):  # type: ignore[no-untyped-def]
+def twin_inputs(seed: int, length: int, max_log_decay: float):
     """q, k (l2-normalised, q scaled by dk^-0.5 as the model feeds them), v, g, beta, initial state."""
     rng = np.random.default_rng(seed)
 
@@ -35,7 +35,7 @@ def max_abs(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0))
 
 
-def state_diff(a, b) -> float:  # type: ignore[no-untyped-def]
+def state_diff(a, b) -> float:
     xs, ys = a.arrays(), b.arrays()
     assert [x.shape for x in xs] == [y.shape for y in ys], "states of different layout"
     return max((max_abs(x, y) for x, y in zip(xs, ys, strict=True)), default=0.0)
@@ -46,7 +46,7 @@ def prompt(length: int, seed: int = 0) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def model(engine):  # type: ignore[no-untyped-def]
+def model(engine):
     return engine.load_model(weights="f32")
 
 
@@ -154,7 +154,7 @@ def test_prefill_equals_decode(engine, weights: str, length: int) -> None:
     )
 
 
-def run_split(model, tokens: np.ndarray, cuts: list[int]):  # type: ignore[no-untyped-def]
+def run_split(model, tokens: np.ndarray, cuts: list[int]):
     state = model.new_state()
     bounds = [0, *cuts, len(tokens)]
     logits = np.concatenate([model.forward(tokens[a:b], state) for a, b in itertools.pairwise(bounds)])
@@ -202,7 +202,7 @@ def test_split_anywhere_matches(model, length: int) -> None:
 @pytest.mark.falsifies("FALSIFY-GDN-008")
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
-def test_bad_token_id(model, data) -> None:  # type: ignore[no-untyped-def]
+def test_bad_token_id(model, data) -> None:
     vocab = model.config.vocab_size
     bad_id = data.draw(st.one_of(st.integers(-(2**31), -1), st.integers(vocab, 2**31)), label="bad_id")
     position = data.draw(st.integers(0, 74), label="position")

@@ -25,14 +25,14 @@ PROMPT = 150
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_thread():  # type: ignore[no-untyped-def]
+def _one_thread():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the machine is shared; one thread keeps torch's results and timing stable
     yield
     torch.set_num_threads(threads)
 
 
-def hf_model(path: Path, state_dict: dict[str, np.ndarray] | None = None):  # type: ignore[no-untyped-def]
+def hf_model(path: Path, state_dict: dict[str, np.ndarray] | None = None):
     model = transformers.Qwen3_5ForCausalLM.from_pretrained(
         str(path), dtype=torch.float32, attn_implementation="eager"
     )
@@ -44,7 +44,7 @@ def hf_model(path: Path, state_dict: dict[str, np.ndarray] | None = None):  # ty
     return model.eval()
 
 
-def hf_logits(model, tokens: np.ndarray, cache=None) -> np.ndarray:  # type: ignore[no-untyped-def]
+def hf_logits(model, tokens: np.ndarray, cache=None) -> np.ndarray:
     with torch.no_grad():
         out = model(torch.from_numpy(tokens.astype(np.int64))[None], cache=cache, use_cache=cache is not None)
     return out.logits[0].numpy()
@@ -60,7 +60,7 @@ def report(what: str, ours: np.ndarray, theirs: np.ndarray) -> float:
 
 
 def prompt(n: int = PROMPT, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, TINY_CONFIG["vocab_size"], n)
+    return np.random.default_rng(seed).integers(0, int(TINY_CONFIG["vocab_size"]), n)
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ from reference.tiny import tiny_model
 
 
 @pytest.fixture(scope="module")
-def model():  # type: ignore[no-untyped-def]
+def model():
     return load_model(tiny_model(0), weights="f32")
 
 
-def test_forward_shapes_dtype_and_positions(model) -> None:  # type: ignore[no-untyped-def]
+def test_forward_shapes_dtype_and_positions(model) -> None:
     state = model.new_state()
     logits = model.forward(list(range(10)), state)
     assert logits.shape == (10, model.config.vocab_size) and logits.dtype == np.float32
@@ -34,7 +34,7 @@ def test_forward_shapes_dtype_and_positions(model) -> None:  # type: ignore[no-u
         ([0, 512], "token id 512 at position 1"),
     ],
 )
-def test_bad_tokens_are_named(model, tokens, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_tokens_are_named(model, tokens, message: str) -> None:
     state = model.new_state()
     model.forward([3, 4], state)
     before = state.to_bytes()
@@ -43,14 +43,14 @@ def test_bad_tokens_are_named(model, tokens, message: str) -> None:  # type: ign
     assert state.to_bytes() == before
 
 
-def test_position_limit(model) -> None:  # type: ignore[no-untyped-def]
+def test_position_limit(model) -> None:
     state = model.new_state()
     state.pos = model.config.max_position_embeddings - 1  # pretend: the check runs before any compute
     with pytest.raises(ValueError, match="exceed max_position_embeddings"):
         model.forward([1, 2], state)
 
 
-def test_state_of_another_model_is_rejected(model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_state_of_another_model_is_rejected(model, tmp_path) -> None:
     from reference.tiny import TINY_CONFIG, write_tiny
 
     write_tiny(tmp_path, 0, {**TINY_CONFIG, "layer_types": ["linear_attention"] * 2 + ["full_attention"] * 2})
@@ -61,7 +61,7 @@ def test_state_of_another_model_is_rejected(model, tmp_path) -> None:  # type: i
         model.forward([1], object())
 
 
-def test_the_recurrent_state_remembers(model) -> None:  # type: ignore[no-untyped-def]
+def test_the_recurrent_state_remembers(model) -> None:
     """Slow decay: the first token still moves logits 300 tokens later (HF's init would forget it at once)."""
     rng = np.random.default_rng(0)
     tokens = rng.integers(0, 512, 300)

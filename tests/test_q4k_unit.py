@@ -101,7 +101,7 @@ def test_quantize_rejects_fp16_overflow() -> None:
 
 def test_rejects_non_arrays_and_wrong_rank() -> None:
     with pytest.raises(ValueError, match="numpy float32 array, got list"):
-        Q4_K.quantize([[0.0] * 256])
+        Q4_K.quantize([[0.0] * 256])  # type: ignore[arg-type]  # the wrong type is the test
     with pytest.raises(ValueError, match=r"2 dimension\(s\), got shape \(256,\)"):
         Q4_K.quantize(np.zeros(256, np.float32))
     with pytest.raises(ValueError, match="uint8, got int8"):

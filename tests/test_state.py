@@ -13,7 +13,7 @@ from reference.tiny import tiny_model
 
 
 @pytest.fixture(scope="module")
-def model():  # type: ignore[no-untyped-def]
+def model():
     return load_model(tiny_model(0), weights="f32")
 
 
@@ -35,12 +35,12 @@ def test_pool_alloc_free_counts() -> None:
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
-def test_pool_rejects_bad_sizes(bad) -> None:  # type: ignore[no-untyped-def]
+def test_pool_rejects_bad_sizes(bad) -> None:
     with pytest.raises(ValueError, match="n_pages"):
         PagePool(bad, 4, 1, 1, 1)
 
 
-def test_growable_pool_keeps_content(model) -> None:  # type: ignore[no-untyped-def]
+def test_growable_pool_keeps_content(model) -> None:
     state = model.new_state()  # private pool starts small and doubles
     logits = model.forward(tokens(150), state)
     shared = model.new_pool(pages=64, page_size=16)
@@ -49,7 +49,7 @@ def test_growable_pool_keeps_content(model) -> None:  # type: ignore[no-untyped-
     assert other.to_bytes() == state.to_bytes()
 
 
-def test_page_ids_never_reach_the_bytes(model) -> None:  # type: ignore[no-untyped-def]
+def test_page_ids_never_reach_the_bytes(model) -> None:
     pool = model.new_pool(pages=32, page_size=8)
     blocker = model.new_state(pool)
     model.forward(tokens(20, seed=1), blocker)  # takes the low page ids
@@ -61,7 +61,7 @@ def test_page_ids_never_reach_the_bytes(model) -> None:  # type: ignore[no-untyp
     assert a.digest() == hashlib.sha256(b.to_bytes()).hexdigest()
 
 
-def test_page_size_does_not_change_results(model) -> None:  # type: ignore[no-untyped-def]
+def test_page_size_does_not_change_results(model) -> None:
     ref_state = model.new_state()
     ref = model.forward(tokens(75), ref_state)
     for page_size in (1, 7, 64, 128):
@@ -70,7 +70,7 @@ def test_page_size_does_not_change_results(model) -> None:  # type: ignore[no-un
         assert state.to_bytes() == ref_state.to_bytes()
 
 
-def test_copy_is_deep_and_continues_identically(model) -> None:  # type: ignore[no-untyped-def]
+def test_copy_is_deep_and_continues_identically(model) -> None:
     pool = model.new_pool(pages=40, page_size=16)
     state = model.new_state(pool)
     model.forward(tokens(70), state)
@@ -83,7 +83,7 @@ def test_copy_is_deep_and_continues_identically(model) -> None:  # type: ignore[
     assert np.array_equal(a, b) and twin.digest() == state.digest()
 
 
-def test_release_returns_pages_and_blocks_reuse(model) -> None:  # type: ignore[no-untyped-def]
+def test_release_returns_pages_and_blocks_reuse(model) -> None:
     pool = model.new_pool(pages=10, page_size=16)
     state = model.new_state(pool)
     model.forward(tokens(40), state)
@@ -97,7 +97,7 @@ def test_release_returns_pages_and_blocks_reuse(model) -> None:  # type: ignore[
         state.to_bytes()
 
 
-def test_pool_exhaustion_leaves_state_untouched(model) -> None:  # type: ignore[no-untyped-def]
+def test_pool_exhaustion_leaves_state_untouched(model) -> None:
     pool = model.new_pool(pages=4, page_size=16)
     state = model.new_state(pool)
     model.forward(tokens(40), state)
@@ -107,7 +107,7 @@ def test_pool_exhaustion_leaves_state_untouched(model) -> None:  # type: ignore[
     assert state.to_bytes() == before and pool.counts() == (1, 3, 4)
 
 
-def test_serialisation_is_a_function_of_content(model) -> None:  # type: ignore[no-untyped-def]
+def test_serialisation_is_a_function_of_content(model) -> None:
     a, b = model.new_state(), model.new_state()
     model.forward(tokens(33), a)
     model.forward(tokens(33), b)
@@ -119,6 +119,6 @@ def test_serialisation_is_a_function_of_content(model) -> None:  # type: ignore[
     assert fresh[:4] == b"FSST" and len(fresh) < len(a.to_bytes())
 
 
-def test_foreign_pool_is_rejected(model) -> None:  # type: ignore[no-untyped-def]
+def test_foreign_pool_is_rejected(model) -> None:
     with pytest.raises(ValueError, match="pool pages hold"):
         model.new_state(PagePool(4, 16, n_attn_layers=2, n_kv_heads=2, head_dim=64))

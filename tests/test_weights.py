@@ -24,19 +24,19 @@ def ckpt(tmp_path: Path) -> Path:
     return target
 
 
-def edit_tensors(path: Path, change) -> None:  # type: ignore[no-untyped-def]
+def edit_tensors(path: Path, change) -> None:
     tensors = load_file(str(path / "model.safetensors"))
     change(tensors)
     save_file(tensors, str(path / "model.safetensors"))
 
 
-def edit_config(path: Path, **changes) -> None:  # type: ignore[no-untyped-def]
+def edit_config(path: Path, **changes) -> None:
     raw = json.loads((path / "config.json").read_text())
     raw.update(changes)
     (path / "config.json").write_text(json.dumps(raw))
 
 
-def test_tiny_model_is_small_deterministic_and_cached(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_tiny_model_is_small_deterministic_and_cached(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FALSIFY_CACHE", str(tmp_path))
     path = tiny_model(0)
     assert path.parent == tmp_path and (path / "config.json").is_file()
@@ -59,7 +59,7 @@ def test_tiny_config_shape() -> None:
 
 @pytest.mark.parametrize("prefix", ["model.", "model.language_model."])
 def test_both_prefixes_load_the_same_model(ckpt: Path, prefix: str) -> None:
-    def rename(t: dict) -> None:  # type: ignore[type-arg]
+    def rename(t: dict) -> None:
         for key in [k for k in t if k.startswith("model.")]:
             t[prefix + key[len("model.") :]] = t.pop(key)
 
@@ -104,7 +104,7 @@ def test_misshapen_tensor(ckpt: Path) -> None:
 
 
 def test_non_finite_tensor(ckpt: Path) -> None:
-    def poison(t: dict) -> None:  # type: ignore[type-arg]
+    def poison(t: dict) -> None:
         t["model.norm.weight"] = t["model.norm.weight"].copy()
         t["model.norm.weight"][3] = np.nan
 
@@ -156,7 +156,7 @@ def test_unknown_weights_kind(ckpt: Path) -> None:
         ({"attention_bias": True}, "attention_bias"),
     ],
 )
-def test_config_errors(ckpt: Path, change: dict, message: str) -> None:  # type: ignore[type-arg]
+def test_config_errors(ckpt: Path, change: dict, message: str) -> None:
     edit_config(ckpt, **change)
     with pytest.raises(ConfigError, match=message):
         load_model(ckpt, "f32")

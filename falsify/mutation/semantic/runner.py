@@ -23,6 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -338,33 +339,33 @@ class Runner:
         target: Path,
     ) -> MutantResult:
         imported: dict[str, str | None] = probed.get("modules", {})
-        base = {
-            "diff": diff,
-            "span": applied.span,
-            "tests": tuple(tests),
-            "seconds": finished.seconds,
-            "cpu": probed.get("cpu"),
-        }
+        # the fields every outcome shares; functools.partial keeps them type-checked
+        result = partial(
+            MutantResult,
+            diff=diff,
+            span=applied.span,
+            tests=tuple(tests),
+            seconds=finished.seconds,
+            cpu=probed.get("cpu"),
+        )
         if finished.returncode is None:
-            return MutantResult(
-                m, MutantOutcome.TIMEOUT, detail=f"the falsifiers ran past {finished.seconds:.0f} s", **base
-            )  # type: ignore[arg-type]
+            return result(
+                m, MutantOutcome.TIMEOUT, detail=f"the falsifiers ran past {finished.seconds:.0f} s"
+            )
         name = module_name(m.file)
         file = imported.get(name)
         if file is not None and Path(file).resolve() != target.resolve():
-            return MutantResult(
+            return result(
                 m,
                 MutantOutcome.ERROR,
                 detail=f"the falsifiers imported {name} from {file}, not the mutated copy {target}",
-                **base,
-            )  # type: ignore[arg-type]
+            )
         if data is None or finished.returncode not in (0, 1):
-            return MutantResult(
+            return result(
                 m,
                 MutantOutcome.ERROR,
                 detail=_tail(finished.output, f"pytest exited {finished.returncode}"),
-                **base,
-            )  # type: ignore[arg-type]
+            )
         rows = [r for r in per_prediction(self.corpus, data) if r.outcome is not Outcome.NOT_RUN or r.tests]
         ran = [
             nid
@@ -372,9 +373,7 @@ class Runner:
             if r.get("outcome") in ("passed", "failed", "error")
         ]
         if not ran:
-            return MutantResult(
-                m, MutantOutcome.ERROR, detail=_tail(finished.output, "no falsifier ran"), **base
-            )  # type: ignore[arg-type]
+            return result(m, MutantOutcome.ERROR, detail=_tail(finished.output, "no falsifier ran"))
         red = {r.id for r in rows if r.outcome in RED}
         killed_by = tuple(p for p in m.kills if p in red)
         missed = tuple(p for p in m.kills if p not in red)
@@ -383,17 +382,15 @@ class Runner:
         outcomes = {r.id: str(r.outcome) for r in rows}
         if red:
             why = "; ".join(f"{r.id}: {r.detail}" for r in rows if r.outcome in RED)
-            return MutantResult(
-                m, MutantOutcome.KILLED, killed_by, missed, also, outcomes, failing, detail=why, **base
-            )  # type: ignore[arg-type]
+            return result(m, MutantOutcome.KILLED, killed_by, missed, also, outcomes, failing, detail=why)
         if file is None:
             detail = f"no selected falsifier imported {name}"
         elif finished.returncode == 1:
             detail = _tail(finished.output, "pytest failed, but no prediction turned red")
-            return MutantResult(m, MutantOutcome.ERROR, (), missed, (), outcomes, detail=detail, **base)  # type: ignore[arg-type]
+            return result(m, MutantOutcome.ERROR, (), missed, (), outcomes, detail=detail)
         else:
             detail = f"{len(ran)} falsifiers stayed green"
-        return MutantResult(m, MutantOutcome.SURVIVED, (), missed, (), outcomes, detail=detail, **base)  # type: ignore[arg-type]
+        return result(m, MutantOutcome.SURVIVED, (), missed, (), outcomes, detail=detail)
 
     # -- everything ---------------------------------------------------------------------------------------------
     def run(self, mutants: list[Mutant]) -> Run:

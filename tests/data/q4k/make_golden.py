@@ -20,7 +20,7 @@ HERE = Path(__file__).parent
 BLOCKS_PER_CLASS = 24
 
 
-def load_cases():  # type: ignore[no-untyped-def]
+def load_cases():
     spec = importlib.util.spec_from_file_location("q4k_cases", HERE / "cases.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
