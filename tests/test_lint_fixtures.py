@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from falsify.contracts.corpus import load_corpus
+from falsify.errors import ContractError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "contracts"
 BAD = sorted((FIXTURES / "bad").glob("*.yaml"))
@@ -57,3 +58,40 @@ def test_unknown_keys_are_all_reported_at_once(tmp_path: Path) -> None:
     corpus = load_corpus([tmp_path])
     keys = sorted(p.path for p in corpus.problems)
     assert keys == ["owner", "predictions[0].tolerance", "predictions[1].tolerance"]
+
+
+@pytest.mark.parametrize("name", ["contract-v1", "mutant-v1"])
+def test_schemas_are_checked_by_a_draft_2020_12_validator(name: str) -> None:
+    # Validity is jsonschema's verdict under the schema's own draft; no faster validator stands in for it.
+    import jsonschema
+
+    from falsify.contracts.corpus import _validator
+
+    assert isinstance(_validator(name), jsonschema.Draft202012Validator)
+
+
+def test_every_fixture_verdict_is_jsonschemas() -> None:
+    # The lint verdict on each fixture agrees with a fresh Draft202012Validator over the same parsed document:
+    # a document jsonschema rejects is never reported clean (schema problems carry the failed keyword as rule).
+    import json
+
+    import jsonschema
+
+    from falsify.contracts.yamlfile import load_yaml
+    from falsify.project import schema_path
+
+    schema = json.loads(schema_path("contract-v1").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    checked = 0
+    for path in sorted(FIXTURES.rglob("*.yaml")):
+        try:
+            data = load_yaml(path).data
+        except ContractError:  # unloadable fixtures are the loader's cases, not the schema's
+            continue
+        if not isinstance(data, dict) or "contract" not in data:
+            continue
+        checked += 1
+        corpus = load_corpus([path])
+        if not validator.is_valid(data):
+            assert corpus.problems, f"{path.name}: jsonschema rejects it, lint reported nothing"
+    assert checked >= 5, f"only {checked} contract fixtures were compared"
