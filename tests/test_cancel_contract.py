@@ -1,8 +1,12 @@
 """Falsifiers of contract apr-serve-cancellation-v1 (contracts/apr-serve-cancellation-v1.yaml).
 
-Everything comes from the `engine` fixture: `engine.load_model("f32")`, `engine.session(model)`,
-`engine.cancel_token()`; the seeded sampler is the test's own callable (logits -> token id), so these runs ask
-nothing beyond the `generate` capability. Every formula lives in the YAML; the tests only observe.
+The engine comes from the `engine` fixture (`engine.load_model("f32")`, `engine.session(model)`); what is judged
+comes from the harness (falsify/harness/instruments.py): the session runs on a `CountingModel` proxy of the
+engine's model, which records every forward call, and is given the harness's `CountingCancel`, which counts every
+poll. The contract's counters are those measurements; the run record's own counters are `reported_*` observables
+that FALSIFY-SERVE-CANCEL-011 requires to agree with them, so an engine whose record miscounts is falsified, not
+trusted. The seeded sampler is the test's own callable (logits -> token id). Every formula lives in the YAML; the
+tests only observe.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import falsify
+from falsify.harness.instruments import CountingCancel, CountingModel
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -49,19 +54,49 @@ def tokens_of(raw: list[int], model: Any) -> list[int]:
     return [t % model.config.vocab_size for t in raw]
 
 
-def run_fields(run: Any) -> dict[str, Any]:
-    """The run record's observables, as the contract names them."""
+def measured(
+    run: Any, model: CountingModel, cancel: CountingCancel | None, prompt_len: int
+) -> dict[str, Any]:
+    """The contract's observables for one run: counts from the harness's instruments, and the run record's own
+    counters as `reported_*`. `model` was reset() just before the run, so its calls are this run's."""
+    prefill, decode = model.split(prompt_len)
+    emitted = len(run.tokens)
+    # Logits that produced no emitted token: every decode forward past the emitted - 1 that fed a token, and the
+    # prefill's when it produced no token at all.
+    wasted = len(decode) - max(emitted - 1, 0) + (len(prefill) if emitted == 0 else 0)
     return {
         "tokens": run.tokens,
-        "emitted": run.emitted,
-        "decode_forwards": run.decode_forwards,
-        "prefill_forwards": run.prefill_forwards,
-        "polls": run.polls,
-        "positions": run.positions,
-        "wasted_forwards": run.wasted_forwards,
+        "emitted": emitted,
+        "decode_forwards": len(decode),
+        "prefill_forwards": len(prefill),
+        "polls": 0 if cancel is None else cancel.polls,
+        "positions": [c.start for c in decode],
+        "wasted_forwards": wasted,
         "stop_reason": str(run.stop_reason),
-        "prompt_len": run.prompt_len,
+        "prompt_len": prompt_len,
+        "reported_emitted": run.emitted,
+        "reported_decode_forwards": run.decode_forwards,
+        "reported_prefill_forwards": run.prefill_forwards,
+        "reported_polls": run.polls,
+        "reported_positions": run.positions,
+        "reported_wasted_forwards": run.wasted_forwards,
     }
+
+
+REPORTED = (
+    "emitted",
+    "decode_forwards",
+    "prefill_forwards",
+    "polls",
+    "positions",
+    "wasted_forwards",
+    "reported_emitted",
+    "reported_decode_forwards",
+    "reported_prefill_forwards",
+    "reported_polls",
+    "reported_positions",
+    "reported_wasted_forwards",
+)
 
 
 def check_all(*checks: tuple[str, dict[str, Any]]) -> None:
@@ -85,11 +120,13 @@ def pick(fields: dict[str, Any], *names: str) -> dict[str, Any]:
     return {name: fields[name] for name in names}
 
 
-def warm_session(engine: Any, model: Any, prompt: list[int], warm: int) -> Any:
-    """A session; when `warm`, it already holds a prefix of `prompt` from an earlier run (exercises reuse)."""
+def warm_session(engine: Any, model: CountingModel, prompt: list[int], warm: int) -> Any:
+    """A session on the counting proxy; when `warm`, it already holds a prefix of `prompt` from an earlier run
+    (exercises reuse). The proxy is reset, so what it records next is the measured run's alone."""
     session = engine.session(model)
     if warm and len(prompt) > 1:
         session.generate(prompt[: max(1, len(prompt) // 2)], 1)
+    model.reset()
     return session
 
 
@@ -99,6 +136,7 @@ def warm_session(engine: Any, model: Any, prompt: list[int], warm: int) -> Any:
     "FALSIFY-SERVE-CANCEL-003",
     "FALSIFY-SERVE-CANCEL-008",
     "FALSIFY-SERVE-CANCEL-010",
+    "FALSIFY-SERVE-CANCEL-011",
 )
 @SETTINGS
 @given(n=st.integers(1, 16), extra=st.integers(1, 16), raw=raw_prompts, warm=st.booleans())
@@ -108,9 +146,11 @@ def test_a_budget_cancelled_run(
 ) -> None:
     prompt = tokens_of(raw, model)
     max_tokens = n + extra
-    session = warm_session(engine, model, prompt, warm)
-    run = session.generate(prompt, max_tokens, cancel=engine.cancel_token().with_budget(n))
-    f = run_fields(run)
+    counting = CountingModel(model)
+    session = warm_session(engine, counting, prompt, warm)
+    cancel = CountingCancel.with_budget(n)
+    run = session.generate(prompt, max_tokens, cancel=cancel)
+    f = measured(run, counting, cancel, len(prompt))
     domain = {"n": n, "max_tokens": max_tokens}
     check_all(
         ("FALSIFY-SERVE-CANCEL-001", pick(f, "emitted", "stop_reason") | domain),
@@ -118,19 +158,27 @@ def test_a_budget_cancelled_run(
         ("FALSIFY-SERVE-CANCEL-003", pick(f, "emitted", "polls") | domain),
         ("FALSIFY-SERVE-CANCEL-008", pick(f, "positions", "prompt_len", "emitted") | domain),
         ("FALSIFY-SERVE-CANCEL-010", pick(f, "wasted_forwards") | {"n": n}),
+        ("FALSIFY-SERVE-CANCEL-011", pick(f, *REPORTED)),
     )
 
 
-@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-004", "FALSIFY-SERVE-CANCEL-008", "FALSIFY-SERVE-CANCEL-010")
+@pytest.mark.falsifies(
+    "FALSIFY-SERVE-CANCEL-004",
+    "FALSIFY-SERVE-CANCEL-008",
+    "FALSIFY-SERVE-CANCEL-010",
+    "FALSIFY-SERVE-CANCEL-011",
+)
 @SETTINGS
 @given(max_tokens=st.integers(1, 32), raw=raw_prompts, warm=st.booleans())
 def test_a_run_cancelled_before_its_first_token(
     engine: Any, model: Any, max_tokens: int, raw: list[int], warm: bool
 ) -> None:
     prompt = tokens_of(raw, model)
-    session = warm_session(engine, model, prompt, warm)
-    run = session.generate(prompt, max_tokens, cancel=engine.cancel_token().with_budget(0))
-    f = run_fields(run)
+    counting = CountingModel(model)
+    session = warm_session(engine, counting, prompt, warm)
+    cancel = CountingCancel.with_budget(0)
+    run = session.generate(prompt, max_tokens, cancel=cancel)
+    f = measured(run, counting, cancel, len(prompt))
     check_all(
         (
             "FALSIFY-SERVE-CANCEL-004",
@@ -142,22 +190,23 @@ def test_a_run_cancelled_before_its_first_token(
             pick(f, "positions", "prompt_len", "emitted") | {"n": 0, "max_tokens": max_tokens},
         ),
         ("FALSIFY-SERVE-CANCEL-010", pick(f, "wasted_forwards") | {"n": 0}),
+        ("FALSIFY-SERVE-CANCEL-011", pick(f, *REPORTED)),
     )
 
 
-@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-005", "FALSIFY-SERVE-CANCEL-008")
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-005", "FALSIFY-SERVE-CANCEL-008", "FALSIFY-SERVE-CANCEL-011")
 @SETTINGS
 @given(max_tokens=st.integers(1, 32), raw=raw_prompts, warm=st.booleans(), counting=st.booleans())
 def test_an_uncancelled_run(
     engine: Any, model: Any, max_tokens: int, raw: list[int], warm: bool, counting: bool
 ) -> None:
     prompt = tokens_of(raw, model)
-    session = warm_session(engine, model, prompt, warm)
-    token_class = engine.cancel_token()
-    # a cancellable token nobody cancels must behave like never(): only the poll count differs
-    cancel = token_class() if counting else token_class.never()
+    proxy = CountingModel(model)
+    session = warm_session(engine, proxy, prompt, warm)
+    # a cancellable token nobody cancels must behave like never(): the harness counts the polls of both
+    cancel = CountingCancel() if counting else CountingCancel.never()
     run = session.generate(prompt, max_tokens, cancel=cancel)
-    f = run_fields(run)
+    f = measured(run, proxy, cancel, len(prompt))
     check_all(
         (
             "FALSIFY-SERVE-CANCEL-005",
@@ -167,6 +216,7 @@ def test_an_uncancelled_run(
             "FALSIFY-SERVE-CANCEL-008",
             pick(f, "positions", "prompt_len", "emitted") | {"max_tokens": max_tokens},
         ),
+        ("FALSIFY-SERVE-CANCEL-011", pick(f, *REPORTED)),
     )
 
 
@@ -188,21 +238,23 @@ def test_cancelled_tokens_are_a_prefix_of_the_uncancelled_run(
         return engine.session(model).generate(prompt, max_tokens, **kw, **extra_kw)
 
     full = generate()
-    cut = generate(cancel=engine.cancel_token().with_budget(n))
+    cut = generate(cancel=CountingCancel.with_budget(n))
     domain = {"n": n} if seed is None else {"n": n, "seed": seed}
     falsify.check("FALSIFY-SERVE-CANCEL-006", tokens=cut.tokens, uncancelled_tokens=full.tokens, **domain)
 
 
-@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-007", "FALSIFY-SERVE-CANCEL-008")
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-007", "FALSIFY-SERVE-CANCEL-008", "FALSIFY-SERVE-CANCEL-011")
 @SETTINGS
 @given(raw=raw_prompts, at=st.integers(0, 19), warm=st.booleans())
 def test_a_stop_token_ends_the_run(engine: Any, model: Any, raw: list[int], at: int, warm: bool) -> None:
     prompt = tokens_of(raw, model)
     full = engine.session(model).generate(prompt, 20)
     stop_token = full.tokens[at]
-    session = warm_session(engine, model, prompt, warm)
-    run = session.generate(prompt, 20, stop_tokens=[stop_token])
-    f = run_fields(run)
+    proxy = CountingModel(model)
+    session = warm_session(engine, proxy, prompt, warm)
+    cancel = CountingCancel.never()
+    run = session.generate(prompt, 20, cancel=cancel, stop_tokens=[stop_token])
+    f = measured(run, proxy, cancel, len(prompt))
     check_all(
         (
             "FALSIFY-SERVE-CANCEL-007",
@@ -210,13 +262,14 @@ def test_a_stop_token_ends_the_run(engine: Any, model: Any, raw: list[int], at: 
             | {"stop_token": stop_token},
         ),
         ("FALSIFY-SERVE-CANCEL-008", pick(f, "positions", "prompt_len", "emitted") | {"max_tokens": 20}),
+        ("FALSIFY-SERVE-CANCEL-011", pick(f, *REPORTED)),
     )
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-009")
 @pytest.mark.parametrize("k", [1, 2, 5, 8])
 def test_cancel_from_another_thread_stops_within_one_token(engine: Any, model: Any, k: int) -> None:
-    token = engine.cancel_token()()
+    token = CountingCancel()
     go, done = threading.Event(), threading.Event()
     seen: list[int] = []
     at_cancel: list[int] = []
@@ -245,7 +298,7 @@ def test_cancel_from_another_thread_stops_within_one_token(engine: Any, model: A
     falsify.check(
         "FALSIFY-SERVE-CANCEL-009",
         stop_reason=str(run.stop_reason),
-        emitted=run.emitted,
+        emitted=len(run.tokens),
         emitted_at_cancel=at_cancel[0],
         k=k,
     )
