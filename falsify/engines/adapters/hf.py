@@ -8,8 +8,9 @@ generate   `model.generate` itself, greedy or with the caller's sampler (a Logit
            which the loop calls after each forward and token append. Forwards are counted by a forward pre-hook
            on the model (tokens fed, cache position before the call), polls by the token itself, emitted
            tokens by a streamer, so the Run record is measured, not derived from the token count.
-prefill    a stepped pass over the prompt through HF's DynamicCache: one `model(input_ids=chunk, cache=...)`
-           call per chunk, the way generate's `prefill_chunk_size` feeds a long prompt. The state bytes are the
+prefill    a stepped pass over the prompt through HF's DynamicCache: reference.prefill.Prefill plans the cuts and
+           calls HFModel.forward (one `model(input_ids=chunk, cache=...)` per chunk), the way generate's
+           `prefill_chunk_size` feeds a long prompt. The state bytes are the
            cache's conv and recurrent state of each Gated DeltaNet layer and the K/V of each attention layer,
            serialised deterministically; the digest is their sha256.
 
@@ -20,7 +21,6 @@ expose its GDN kernel twins, so `lanes`, `quant` and `model` are NOT APPLICABLE 
 
 from __future__ import annotations
 
-import bisect
 import copy
 import hashlib
 import os
@@ -35,6 +35,8 @@ import numpy as np
 import torch
 import transformers
 from transformers.generation.streamers import BaseStreamer
+
+from reference.prefill import Prefill
 
 # The width torch_chunk_gated_delta_rule (transformers' Qwen3.5 fallback kernel without flash-linear-attention)
 # pads and groups a call's tokens into, aligned to the call's first token: HF's chunk grid.
@@ -86,8 +88,11 @@ class HFEngine:
 
         return CancelToken
 
-    def prefill(self, model: Any, state: HFState, prompt: Sequence[int], **kw: Any) -> HFPrefill:
-        return HFPrefill.open(model, state, prompt, **kw)
+    def prefill(self, model: Any, state: HFState, prompt: Sequence[int], **kw: Any) -> Prefill:
+        # The reference engine's stepper itself, driving HF's forward through the model interface (forward,
+        # new_state, state.pos/copy/release): cuts, marks and kept prefixes are planned by the same code for
+        # both engines, so a prefill finding on HF is HF's numerics, not a copy's planning.
+        return Prefill.open(model, state, prompt, **kw)
 
 
 @cache
@@ -369,127 +374,6 @@ class HFSession:
 
 
 # -- stepped prefill ----------------------------------------------------------------------------------------
-
-
-class PrefillError(ValueError):
-    """A prefill asked for something it cannot do; the message names the argument."""
-
-
-@dataclass(frozen=True, slots=True)
-class HFKeptPrefix:
-    tokens: tuple[int, ...]
-    state: HFState  # consumed exactly `tokens`; never advanced (a restore copies it)
-
-
-class HFPrefill:
-    """A prompt's pass through HF's cache, one forward call per step().
-
-    Cuts are memoryless: a chunk starting at pos ends at the first of pos + chunk_cap, the next planned start
-    (a mark or a requested start), the prompt's end. Marks snapshot the state into `kept`.
-    """
-
-    def __init__(
-        self,
-        model: Any,
-        state: HFState,
-        prompt: tuple[int, ...],
-        width: int,
-        planned: list[int],
-        marks: frozenset[int],
-        keep_logits: bool,
-    ) -> None:
-        self.model = model
-        self.state = state
-        self.prompt = prompt
-        self.width = width
-        self.planned = planned
-        self.marks = marks
-        self.start = state.pos
-        self.chunks_run = 0
-        self.logits: np.ndarray | None = None
-        self.kept: list[HFKeptPrefix] = []
-        self.chunk_logits: list[np.ndarray] | None = [] if keep_logits else None
-
-    @classmethod
-    def open(
-        cls,
-        model: Any,
-        state: HFState,
-        prompt: Sequence[int],
-        chunk_cap: int | None = None,
-        kept: HFKeptPrefix | Iterable[HFKeptPrefix] = (),
-        marks: Iterable[int] = (),
-        starts: Iterable[int] = (),
-        keep_logits: bool = False,
-    ) -> HFPrefill:
-        tokens = tuple(_token_ids(prompt, "prompt", int(model.config.vocab_size)))
-        width = int(model.config.chunk_size) if chunk_cap is None else chunk_cap
-        if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
-            raise PrefillError(f"chunk_cap must be an int >= 1, got {chunk_cap!r}")
-        mark_list = _inside(marks, "marks", len(tokens))
-        planned = sorted({*mark_list, *_inside(starts, "starts", len(tokens))})
-        snapshots = [kept] if isinstance(kept, HFKeptPrefix) else list(kept)
-        best = max(
-            (s for s in snapshots if len(s.tokens) < len(tokens) and tokens[: len(s.tokens)] == s.tokens),
-            key=lambda s: len(s.tokens),
-            default=None,
-        )
-        if best is not None and len(best.tokens) > state.pos:
-            state.release()
-            state = best.state.copy()
-        if not state.pos < len(tokens):
-            raise PrefillError(
-                f"the state already holds {state.pos} tokens; a prompt of {len(tokens)} tokens must "
-                "extend it by at least one"
-            )
-        return cls(model, state, tokens, int(width), planned, frozenset(mark_list), keep_logits)
-
-    @property
-    def pos(self) -> int:
-        return int(self.state.pos)
-
-    @property
-    def done(self) -> bool:
-        return self.pos >= len(self.prompt)
-
-    def next_cut(self) -> int:
-        i = bisect.bisect_right(self.planned, self.pos)
-        planned = self.planned[i] if i < len(self.planned) else len(self.prompt)
-        return min(self.pos + self.width, planned, len(self.prompt))
-
-    def step(self) -> bool:
-        """Run exactly one chunk through model.forward; True when the pass is done."""
-        if self.done:
-            raise PrefillError(f"prefill of {len(self.prompt)} tokens is already done")
-        start, end = self.pos, self.next_cut()
-        logits = self.model.forward(
-            np.asarray(self.prompt[start:end], np.int64), self.state
-        )  # [end - start, vocab]
-        self.chunks_run += 1
-        if self.state.pos != end:
-            raise RuntimeError(f"forward advanced the state to {self.state.pos}, expected {end}")
-        self.logits = logits[-1]
-        if self.chunk_logits is not None:
-            self.chunk_logits.append(logits)
-        if end in self.marks:
-            self.kept.append(HFKeptPrefix(self.prompt[:end], self.state.copy()))
-        return self.done
-
-    def run(self, cancel: Any = None) -> bool:
-        """Step until done, polling `cancel` before each chunk; False when it stopped the pass."""
-        while not self.done:
-            if cancel is not None and cancel.is_cancelled():
-                return False
-            self.step()
-        return True
-
-
-def _inside(values: Iterable[int], name: str, n: int) -> list[int]:
-    out = [int(v) for v in values]
-    bad = [v for v in out if not 0 < v < n]
-    if bad:
-        raise PrefillError(f"{name} must lie strictly inside the prompt (0, {n}), got {bad}")
-    return out
 
 
 def _token_ids(tokens: Any, what: str, vocab: int) -> list[int]:
