@@ -12,6 +12,7 @@ from pathlib import Path
 
 from falsify.contracts.corpus import Corpus, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
+from falsify.harness.command import falsifier_args
 from falsify.harness.results import Outcome, PredictionResult, load_results, per_prediction
 from falsify.project import Project
 from falsify.table import table
@@ -33,18 +34,9 @@ def run_pytest(
         sys.executable,
         "-m",
         "pytest",
-        str(project.tests),
-        "--falsify-strict",
-        "--falsify-only",
-        "--falsify-contracts",
-        str(project.contracts),
-        "--falsify-results",
-        str(results),
-        "--engine",
-        engine,
-        "-p",
-        "no:cacheprovider",
-        "-q",
+        *falsifier_args(
+            [str(project.tests)], contracts=project.contracts, results=results, engine=engine, strict=True
+        ),
     ]
     if junit:
         cmd += ["--junitxml", str(junit)]

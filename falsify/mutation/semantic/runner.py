@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify.contracts.corpus import Corpus, Mutant
+from falsify.harness.command import falsifier_args
 from falsify.harness.results import Outcome, PredictionResult, per_prediction
 from falsify.mutation.semantic import probe
 from falsify.mutation.semantic.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
@@ -152,24 +153,14 @@ class Runner:
     ) -> tuple[Finished, dict[str, Any] | None, dict[str, Any]]:
         rel = lambda p: p.relative_to(self.project.root)  # noqa: E731
         results, probe_out = tree / ".falsify-results.json", tree / ".falsify-probe.json"
-        argv = [
-            *targets,
-            "--falsify-only",
-            "--falsify-contracts",
-            str(tree / rel(self.project.contracts)),
-            "--falsify-results",
-            str(results),
-            "--engine",
-            self.settings.engine,
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "falsify.mutation.semantic.probe",
-            "-q",
-            "--tb=line",
-            "-o",
-            "addopts=",
-        ]
+        argv = falsifier_args(
+            targets,
+            contracts=tree / rel(self.project.contracts),
+            results=results,
+            engine=self.settings.engine,
+            plugins=["falsify.mutation.semantic.probe"],
+            extra=["--tb=line", "-o", "addopts="],
+        )
         env = os.environ.copy()
         # The copy's packages must win over any editable install of the working tree: cwd and PYTHONPATH both
         # point at the copy, and the probe checks the outcome.

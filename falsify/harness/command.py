@@ -1,0 +1,33 @@
+"""The one place a falsifier run's pytest arguments are built (the gate, bindings and the mutant runner share it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def falsifier_args(
+    targets: Sequence[str],
+    *,
+    contracts: Path,
+    results: Path,
+    engine: str,
+    strict: bool = False,
+    plugins: Sequence[str] = (),
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """pytest's arguments (after `python -m pytest`) for a run of the falsifiers in `targets`.
+
+    Only falsifiers run (`--falsify-only`), against `contracts`, with per-test results written to `results` and
+    the engine named by `engine`; pytest's cache stays off so a run leaves nothing in the tree it ran in.
+    strict: a prediction bound to no collected test fails the run (whole-suite runs only).
+    plugins: further pytest plugins to load with `-p`.
+    """
+    args = [*targets]
+    if strict:
+        args.append("--falsify-strict")
+    args += ["--falsify-only", "--falsify-contracts", str(contracts), "--falsify-results", str(results)]
+    args += ["--engine", engine, "-p", "no:cacheprovider"]
+    for plugin in plugins:
+        args += ["-p", plugin]
+    return [*args, "-q", *extra]
