@@ -15,7 +15,7 @@ from typing import Any
 class ReferenceEngine:
     name = "reference"
     # The capabilities contracts can `require` (contract-v1.schema.json, `requires`).
-    capabilities = frozenset({"quant", "model", "generate", "prefill", "lanes"})
+    capabilities = frozenset({"quant", "model", "generate", "prefill", "lanes", "sample"})
 
     def supports(self, capability: str) -> str | None:
         """None when the capability is supported, else the reason it is not."""
@@ -54,6 +54,18 @@ class ReferenceEngine:
         from reference.prefill import Prefill
 
         return Prefill.open(model, state, prompt, **kw)
+
+    def sampler(
+        self, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int = 0
+    ) -> Any:
+        from reference.sampling import Sampler
+
+        return Sampler(temperature, top_k, seed, top_p)
+
+    def greedy(self) -> Any:
+        from reference.sampling import greedy
+
+        return greedy
 
     def lane_host(self, model: Any, **kw: Any) -> Any:
         from reference.lanes import LaneHost

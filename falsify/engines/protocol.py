@@ -13,6 +13,8 @@ and the plugin reports each prediction needing a missing capability NOT APPLICAB
     prefill     load_model("f32"), prefill(model, state,    open a stepped prefill, step it chunk by chunk,
                 prompt, ...), cancel_token()                compare state digests and logits
     lanes       lane_host(model, ...)                       submit / round / cancel / leave over a shared pool
+    sample      sampler(temperature, top_k, top_p, seed),   map uniforms through pick(); draw seeded tokens;
+                greedy()                                    greedy's pick on (near-)tied logits
 
 Two rules make the observations the engine's own rather than a story the adapter tells:
   - `prefill` must advance the state only through `model.forward(tokens, state)` of the model object it is
@@ -39,6 +41,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "generate": ("load_model", "session", "cancel_token"),
     "prefill": ("load_model", "prefill", "cancel_token"),
     "lanes": ("load_model", "lane_host", "session"),
+    "sample": ("sampler", "greedy"),
 }
 
 
@@ -149,6 +152,20 @@ class Session(Protocol):
     ) -> Run:
         """Emit up to max_tokens tokens after `prompt`. `sampler` maps logits f32[vocab] to a token id (default
         greedy); `on_token` sees each token as it is emitted."""
+        ...
+
+
+class Sampler(Protocol):
+    """`engine.sampler(temperature=1.0, top_k=None, top_p=None, seed=0)`: softmax(logits / temperature), cut to
+    the top-k logits, then to the top-p nucleus, renormalised over what is kept."""
+
+    def __call__(self, logits: np.ndarray) -> int:
+        """One token drawn with the sampler's own seeded RNG: exactly one uniform draw per call."""
+        ...
+
+    def pick(self, logits: np.ndarray, u: Any) -> Any:
+        """The inverse CDF: the kept tokens laid out on [0, 1) in descending logit order (ties: lower id first),
+        each over its probability; the token whose interval holds u. `u` a float, or an array (ids back)."""
         ...
 
 
