@@ -161,6 +161,32 @@ def test_quantize_equals_llama_cpp_golden(Q4_K: Any) -> None:
     cases.check_blocks("FALSIFY-Q4K-004", report, bad_blocks=bad, blocks=len(golden), n_blocks=len(golden))
 
 
+def hard_cases() -> list[dict[str, Any]]:
+    return json.loads((DATA / "golden.json").read_text())["hard_cases"]
+
+
+@pytest.mark.falsifies("FALSIFY-Q4K-004")
+@pytest.mark.parametrize("case", hard_cases(), ids=lambda c: c["class"])
+def test_quantize_equals_llama_cpp_hard_cases(Q4_K: Any, case: dict[str, Any]) -> None:
+    """llama.cpp's bytes for the hard cases (exact rounding ties, near-zero and huge scales, flat, sparse and
+    two-valued sub-blocks, signed zeros); inputs stored in hard_inputs.bin, made by make_golden.py."""
+    meta = json.loads((DATA / "golden.json").read_text())
+    raw_x, raw_q = (DATA / "hard_inputs.bin").read_bytes(), (DATA / "hard.bin").read_bytes()
+    assert hashlib.sha256(raw_x).hexdigest() == meta["hard_inputs_sha256"], "hard_inputs.bin was changed"
+    assert hashlib.sha256(raw_q).hexdigest() == meta["hard_bytes_sha256"], "hard.bin was changed"
+    start = sum(c["blocks"] for c in meta["hard_cases"][: meta["hard_cases"].index(case)])
+    x = np.frombuffer(raw_x, "<f4").reshape(-1, QK_K)[start : start + case["blocks"]].astype(np.float32)
+    golden = np.frombuffer(raw_q, np.uint8).reshape(-1, BLOCK_BYTES)[start : start + case["blocks"]]
+    # the ties are really there: counted again here from llama.cpp's bytes, not taken from the json
+    ties = int(cases.requant_ties(x, golden).sum())
+    assert ties == case["requant_ties"], (case["class"], ties, case["requant_ties"])
+    if case["class"] == "requant_ties":
+        assert (cases.requant_ties(x, golden) > 0).all(), "a requant_ties block without a tie"
+    ours = Q4_K.quantize(x).reshape(-1, BLOCK_BYTES)
+    bad, report = cases.mismatch_report(ours, golden)
+    cases.check_blocks("FALSIFY-Q4K-004", report, bad_blocks=bad, blocks=len(golden), n_blocks=len(golden))
+
+
 @pytest.mark.falsifies("FALSIFY-Q4K-005")
 @SETTINGS
 @given(

@@ -1,7 +1,8 @@
 """Q4_K against llama.cpp's C code itself, through ggml-python (`pip install ggml-python` builds ggml from
 its sdist). Marked `oracle`: run with `tox -e oracle` or `pytest -m oracle tests/test_q4k_oracle.py`.
 
-13 data classes x 2,400 blocks = 31,200 blocks quantized by both quantize_row_q4_K_ref and the engine.
+13 data classes x 2,400 blocks = 31,200 blocks quantized by both quantize_row_q4_K_ref and the engine, plus 9 hard
+classes x 800 blocks (tests/data/q4k/cases.py, HARD_CLASSES).
 """
 
 from __future__ import annotations
@@ -49,6 +50,18 @@ def test_quantize_equals_c(lib: Any, Q4_K: Any, kind: str) -> None:
     x = cases.blocks_of(kind, 20_000 + sorted(cases.CLASSES).index(kind), BLOCKS_PER_CLASS)
     ref = cases.c_quantize(lib, x)
     # 8 blocks per row, so rows of several blocks and the engine's tiling are exercised too.
+    ours = Q4_K.quantize(x.reshape(-1, 8 * QK_K)).reshape(-1, BLOCK_BYTES)
+    bad, report = cases.mismatch_report(ours, ref)
+    cases.check_blocks("FALSIFY-Q4K-004", report, bad_blocks=bad, blocks=len(ref), n_blocks=len(ref))
+
+
+@pytest.mark.falsifies("FALSIFY-Q4K-004")
+@pytest.mark.parametrize("kind", list(cases.HARD_CLASSES))
+def test_quantize_equals_c_on_hard_cases(lib: Any, Q4_K: Any, kind: str) -> None:
+    """The hard classes (exact ties, near-zero and huge scales, flat and sparse sub-blocks), freshly made."""
+    seed = 30_000 + list(cases.HARD_CLASSES).index(kind)
+    x = cases.hard_blocks_of(kind, seed, 800, lambda v: cases.c_quantize(lib, v))
+    ref = cases.c_quantize(lib, x)
     ours = Q4_K.quantize(x.reshape(-1, 8 * QK_K)).reshape(-1, BLOCK_BYTES)
     bad, report = cases.mismatch_report(ours, ref)
     cases.check_blocks("FALSIFY-Q4K-004", report, bad_blocks=bad, blocks=len(ref), n_blocks=len(ref))
