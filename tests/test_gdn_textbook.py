@@ -66,7 +66,7 @@ def checkpoint_gates(path: Path, layer: int) -> tuple[dict, np.ndarray, np.ndarr
     )
 
 
-def inputs(config: dict, A_log: np.ndarray, dt_bias: np.ndarray, length: int, seed: int):  # type: ignore[no-untyped-def]
+def inputs(config: dict, A_log: np.ndarray, dt_bias: np.ndarray, length: int, seed: int):
     """Raw projections drawn at random, then normalised and gated here: q, k, v, alpha, beta (f64), S0 [Hv,dv,dk]."""
     Hk, Hv = config["linear_num_key_heads"], config["linear_num_value_heads"]
     dk, dv = config["linear_key_head_dim"], config["linear_value_head_dim"]
@@ -85,7 +85,7 @@ def inputs(config: dict, A_log: np.ndarray, dt_bias: np.ndarray, length: int, se
 
 
 @pytest.fixture(scope="module")
-def tiny_path(engine) -> Path:  # type: ignore[no-untyped-def]
+def tiny_path(engine) -> Path:
     return Path(engine.tiny_model_path())
 
 
