@@ -1,4 +1,5 @@
-"""Choosing the engine under test: a registered name (`reference`, `hf`) or `module:factory`."""
+"""Choosing the engine under test: a registered name (`reference`, `hf`), `module:factory`, or a wire engine in any
+language: `exec:"CMD ARGS"` (a subprocess speaking docs/engine-protocol.md on stdio) or `http://HOST:PORT`."""
 
 from __future__ import annotations
 
@@ -18,9 +19,16 @@ class EngineError(FalsifyError):
 
 
 def load_engine(spec: str) -> Any:
+    if spec.startswith(("exec:", "http://")):
+        from falsify.engines.wire.client import WireEngine
+
+        return WireEngine(spec)
     target = REGISTERED.get(spec, spec)
     if ":" not in target:
-        raise EngineError(f"unknown engine {spec!r}: use one of {', '.join(REGISTERED)} or module:factory")
+        raise EngineError(
+            f'unknown engine {spec!r}: use one of {", ".join(REGISTERED)}, module:factory, exec:"CMD ARGS" or '
+            "http://HOST:PORT"
+        )
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)

@@ -1,0 +1,470 @@
+"""A wire engine, seen by the falsifiers through the same Python interface as an in-process one.
+
+`--engine exec:"CMD ARGS"` or `--engine http://127.0.0.1:PORT` makes a `WireEngine`: `load_model`, `session`,
+`cancel_token` (and models' `new_state` / `forward` / states' `to_bytes` / `digest` / `copy` / `release` when the
+engine offers the `state` capability). docs/engine-protocol.md is the protocol.
+
+The harness stays the judge. During `generate` the engine asks the harness before each forward that could
+produce a token (`$/poll`, answered from the harness's own cancel token, which counts the poll), reports every
+forward before running it (`$/forward`: start position and tokens fed), and reports every token (`$/token`). The
+`Run` returned is built from those events as the harness counted them; the engine's own counts (`claims`) are
+kept beside it, never used. Each reported forward is also replayed, without running anything, through
+`model.forward` of the model object the session was made with, so a harness proxy around the model
+(falsify.harness.instruments.CountingModel) sees every forward the engine ran. An event stream that cannot be
+true (a token with no forward reported before it, a forward that skips positions or feeds other tokens than the
+prompt or the previous token, a result contradicting the events) is a ProtocolViolation.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.metadata
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from falsify.engines.wire import errors
+from falsify.engines.wire.connection import Connection, EngineRefused
+from falsify.engines.wire.messages import PROTOCOL_VERSION, ErrorCode, decode_bytes, decode_f32
+from falsify.engines.wire.transports import TransportError, open_transport
+
+DEFAULT_TIMEOUT = 30.0  # seconds the harness waits for each message of the engine (FALSIFY_WIRE_TIMEOUT)
+DEFAULT_MAX_LINE = 16 * 2**20  # bytes in one message line (FALSIFY_WIRE_MAX_LINE)
+
+# falsify capabilities (falsify/engines/protocol.py) a wire engine can serve, and the wire capability each needs.
+SERVED = {"generate": "generate"}
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise errors.EngineStartError(f"{name}={raw!r} is not a number") from None
+    if value <= 0:
+        raise errors.EngineStartError(f"{name}={raw!r} must be > 0")
+    return value
+
+
+class WireEngine:
+    """The engine object `--engine exec:...` / `--engine http://...` makes. Connects on first use, so a failure to
+    start or handshake is an ERROR for each prediction it touches, named, rather than a crash at collection."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.name = spec
+        self.timeout = _env_number("FALSIFY_WIRE_TIMEOUT", DEFAULT_TIMEOUT)
+        self.max_line = int(_env_number("FALSIFY_WIRE_MAX_LINE", DEFAULT_MAX_LINE))
+        self.info: dict[str, Any] = {}
+        self.capabilities: frozenset[str] = frozenset()
+        self._conn: Connection | None = None
+        self._failure: errors.WireError | None = None
+        self._models: dict[str, WireModel] = {}
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def connection(self) -> Connection:
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            if self._conn is None:
+                try:
+                    self._conn = self._start()
+                except errors.WireError as exc:
+                    self._failure = exc
+                    raise
+            if self._conn.failure is not None:
+                raise self._conn.failure
+            return self._conn
+
+    def _start(self) -> Connection:
+        try:
+            transport = open_transport(self.spec, max_line=self.max_line, timeout=self.timeout)
+        except TransportError as exc:
+            raise errors.EngineStartError(str(exc)) from None
+        conn = Connection(transport, timeout=self.timeout, max_line=self.max_line)
+        atexit.register(conn.close)
+        result = conn.request(
+            "initialize",
+            {"protocolVersion": PROTOCOL_VERSION, "harness": {"name": "falsify", "version": _version()}},
+        )
+        if result["protocolVersion"] != PROTOCOL_VERSION:
+            conn.fail(
+                errors.ProtocolVersionMismatch(
+                    f"engine {self.spec} speaks {result['protocolVersion']!r}; the harness speaks {PROTOCOL_VERSION!r}"
+                )
+            )
+        self.info = result["engine"]
+        self.capabilities = frozenset(result["capabilities"])
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+
+    # -- the engine protocol (falsify/engines/protocol.py) ------------------------------------------------------
+    def supports(self, capability: str) -> str | None:
+        self.connection()
+        wire = SERVED.get(capability)
+        if wire is None:
+            return f"the wire protocol ({PROTOCOL_VERSION}) does not carry {capability!r}"
+        if wire not in self.capabilities:
+            return f"engine {self.info.get('name', self.spec)} does not offer {wire!r} over the wire"
+        return None
+
+    def load_model(self, weights: str = "f32") -> WireModel:
+        if weights not in self._models:
+            result = self.connection().request("load_model", {"weights": weights, "path": None})
+            self._models[weights] = WireModel(self, result["model"], WireConfig(**result["config"]))
+        return self._models[weights]
+
+    def session(self, model: Any) -> WireSession:
+        return WireSession(self, model)
+
+    def cancel_token(self) -> type[HarnessCancel]:
+        return HarnessCancel
+
+
+@dataclass(frozen=True, slots=True)
+class WireConfig:
+    vocab_size: int
+    max_position_embeddings: int
+    chunk_size: int
+
+
+class WireModel:
+    """A model loaded in the engine. `forward` and states need the engine's `state` capability."""
+
+    def __init__(self, engine: WireEngine, handle: str, config: WireConfig) -> None:
+        self.engine = engine
+        self.handle = handle
+        self.config = config
+
+    def _needs_state(self) -> Connection:
+        conn = self.engine.connection()
+        if "state" not in self.engine.capabilities:
+            raise errors.EngineErrorReply(
+                f"engine {self.engine.spec} does not offer 'state' (forward, states)"
+            )
+        return conn
+
+    def new_state(self, pool: Any = None) -> WireState:
+        result = self._needs_state().request("new_state", {"model": self.handle})
+        return WireState(self.engine, result["state"], result["pos"])
+
+    def forward(self, tokens: Any, state: Any) -> np.ndarray | None:
+        if isinstance(state, EventState):
+            return None  # a forward the engine reported during generate: it runs there, not here
+        ids = _token_list(tokens, "tokens")
+        result = self._needs_state().request("forward", {"state": state.handle, "tokens": ids})
+        logits = decode_f32(result["logits"], "forward result logits")
+        if logits.shape != (len(ids), self.config.vocab_size):
+            raise errors.ProtocolViolation(
+                f"forward over {len(ids)} tokens returned logits of shape {list(logits.shape)}"
+            )
+        state.pos = result["pos"]
+        return logits
+
+
+class WireState:
+    def __init__(self, engine: WireEngine, handle: str, pos: int) -> None:
+        self.engine = engine
+        self.handle = handle
+        self.pos = pos
+
+    def to_bytes(self) -> bytes:
+        result = self.engine.connection().request("state_bytes", {"state": self.handle})
+        return decode_bytes(result["bytes"], "state_bytes result")
+
+    def digest(self) -> str:
+        return str(self.engine.connection().request("state_digest", {"state": self.handle})["digest"])
+
+    def copy(self) -> WireState:
+        result = self.engine.connection().request("copy_state", {"state": self.handle})
+        return WireState(self.engine, result["state"], result["pos"])
+
+    def release(self) -> None:
+        self.engine.connection().request("release_state", {"state": self.handle})
+
+
+@dataclass(slots=True)
+class EventState:
+    """The stand-in state a reported forward is replayed with through the session's model object."""
+
+    pos: int
+    session: str
+
+
+class HarnessCancel:
+    """The harness's cancel token (`engine.cancel_token()`): the engine's `$/poll`s are answered from it and
+    counted here. `HarnessCancel()` is cancelled by cancel() from any thread; `with_budget(n)` answers its first n
+    polls false and every later one true; `never()` never cancels and counts nothing. Any object with
+    `is_cancelled()` and `polls` (falsify.harness.instruments.CountingCancel) serves as well."""
+
+    def __init__(self, budget: int | None = None, *, _counting: bool = True) -> None:
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+            raise ValueError(f"cancel budget must be an int >= 0, got {budget!r}")
+        self._budget = budget
+        self._counting = _counting
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._polls = 0
+
+    @classmethod
+    def with_budget(cls, n: int) -> HarnessCancel:
+        return cls(n)
+
+    @classmethod
+    def never(cls) -> HarnessCancel:
+        return cls(None, _counting=False)
+
+    def cancel(self) -> None:
+        if not self._counting:
+            raise ValueError("never() cannot be cancelled")
+        self._event.set()
+
+    def is_cancelled(self) -> bool:
+        if not self._counting:
+            return False
+        with self._lock:
+            self._polls += 1
+            over = self._budget is not None and self._polls > self._budget
+        return over or self._event.is_set()
+
+    @property
+    def polls(self) -> int:
+        return self._polls
+
+
+@dataclass(frozen=True, slots=True)
+class WireRun:
+    """What one generate emitted and cost, as the harness counted it from the engine's events."""
+
+    tokens: tuple[int, ...]
+    emitted: int
+    decode_forwards: int
+    prefill_forwards: int
+    polls: int  # counted by the cancel token the harness answered from
+    positions: tuple[int, ...]
+    wasted_forwards: int
+    stop_reason: str  # "cancelled", "max_tokens" or "stop_token"
+    prompt_len: int
+    reused: int
+    claims: dict[str, Any] = field(default_factory=dict)  # the engine's own counts: a claim, never the record
+
+
+class WireSession:
+    """One stream in the engine. The harness keeps the token history the engine reported feeding, to check
+    each forward against it."""
+
+    def __init__(self, engine: WireEngine, model: Any) -> None:
+        self.engine = engine
+        self.model = model  # the object the falsifier gave: a WireModel, or a proxy around one
+        self.handle = engine.connection().request("new_session", {"model": model.handle})["session"]
+        self.history: list[int] = []  # tokens the engine's state has consumed, as reported by $/forward
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        cancel: Any = None,
+        stop_tokens: Iterable[int] = (),
+        sampler: Callable[[np.ndarray], int] | None = None,
+        on_token: Callable[[int], object] | None = None,
+    ) -> WireRun:
+        ids = _token_list(prompt, "prompt")
+        stops = _token_list(stop_tokens, "stop_tokens")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 0:
+            raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
+        cancel = HarnessCancel.never() if cancel is None else cancel
+        if not (
+            callable(getattr(cancel, "is_cancelled", None))
+            and isinstance(getattr(cancel, "polls", None), int)
+        ):
+            raise ValueError(
+                f"cancel must be a cancel token (is_cancelled() and polls), got {type(cancel).__name__}"
+            )
+        if sampler is not None and not callable(sampler):
+            raise ValueError(
+                f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
+            )
+        if on_token is not None and not callable(on_token):
+            raise ValueError(f"on_token must be callable or None, got {type(on_token).__name__}")
+        judge = _Judge(self, ids, int(max_tokens), frozenset(stops), cancel, sampler, on_token)
+        polls_before = cancel.polls
+        conn = self.engine.connection()
+        params = {
+            "session": self.handle,
+            "prompt": ids,
+            "max_tokens": int(max_tokens),
+            "stop_tokens": stops,
+            "sampler": "greedy" if sampler is None else "harness",
+        }
+        result = conn.request("generate", params, judge.on_engine)
+        return judge.finish(result, cancel.polls - polls_before)
+
+    def release(self) -> None:
+        self.engine.connection().request("release_session", {"session": self.handle})
+
+
+class _Judge:
+    """Counts one generate's events and checks that they can be true."""
+
+    def __init__(
+        self,
+        session: WireSession,
+        prompt: list[int],
+        max_tokens: int,
+        stops: frozenset[int],
+        cancel: Any,
+        sampler: Callable[[np.ndarray], int] | None,
+        on_token: Callable[[int], object] | None,
+    ) -> None:
+        self.session, self.prompt, self.max_tokens, self.stops = session, prompt, max_tokens, stops
+        self.cancel, self.sampler, self.on_token = cancel, sampler, on_token
+        self.tokens: list[int] = []
+        self.prefill_forwards = 0
+        self.decode_forwards = 0
+        self.positions: list[int] = []
+        self.first_start: int | None = None
+        self.unused = 0  # forwards behind the newest logits while no token has come from them
+        self.wasted = 0
+        self.fed_since_token = False
+        self.sampled: int | None = None
+        self.request_id: int | None = None
+
+    def violation(self, text: str) -> errors.ProtocolViolation:
+        conn = self.session.engine.connection()
+        return conn.fail(errors.ProtocolViolation(f"engine {self.session.engine.spec}: {text}"))  # type: ignore[no-any-return]
+
+    def on_engine(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        if self.request_id is None:
+            self.request_id = params["request"]
+        elif params["request"] != self.request_id:
+            self.violation(f"{method} names request {params['request']}, not the generate in flight")
+        if method == "$/poll":
+            return {"cancelled": bool(self.cancel.is_cancelled())}
+        if method == "$/forward":
+            self.forward(params["start"], params["tokens"])
+            return None
+        if method == "$/sample":
+            if self.sampler is None:
+                raise EngineRefused(
+                    ErrorCode.INVALID_REQUEST, "$/sample: this generate asked for sampler greedy"
+                )
+            logits = decode_f32(params["logits"], "$/sample logits")
+            vocab = self.session.model.config.vocab_size
+            if logits.shape != (vocab,):
+                self.violation(f"$/sample logits of shape {list(logits.shape)}, expected [{vocab}]")
+            self.sampled = int(self.sampler(logits))
+            return {"token": self.sampled}
+        self.token(params["token"])  # $/token
+        return None
+
+    def forward(self, start: int, fed: list[int]) -> None:
+        history = self.session.history
+        if start > len(history):
+            self.violation(
+                f"$/forward at position {start}, but the forwards reported so far brought the state to "
+                f"{len(history)}: {start - len(history)} token(s) were fed with no $/forward"
+            )
+        if not self.tokens:
+            expected = self.prompt[start : start + len(fed)]
+            if fed != expected:
+                self.violation(
+                    f"prefill $/forward at {start} fed {fed[:8]}..., the prompt has {expected[:8]}... there"
+                )
+            self.prefill_forwards += 1
+            if self.first_start is None:
+                self.first_start = start
+            self.unused += 1
+        else:
+            if fed != [self.tokens[-1]] or start != len(history):
+                self.violation(
+                    f"decode $/forward at {start} fed {fed[:8]}; expected the previous token [{self.tokens[-1]}] "
+                    f"at {len(history)}"
+                )
+            self.decode_forwards += 1
+            self.positions.append(start)
+            self.wasted += self.unused
+            self.unused = 1
+        del history[start:]
+        history.extend(fed)
+        self.fed_since_token = True
+        # replayed through the falsifier's model object, so a harness proxy counts it (runs nothing)
+        self.session.model.forward(np.asarray(fed, dtype=np.int64), EventState(start, self.session.handle))
+
+    def token(self, token: int) -> None:
+        if not self.fed_since_token:
+            holds_prompt = not self.tokens and self.session.history == self.prompt
+            if not holds_prompt:
+                self.violation(
+                    f"$/token {token} (token {len(self.tokens)}) with no $/forward reported since the last"
+                )
+        if self.sampler is not None and self.sampled != token:
+            self.violation(f"$/token {token}, but the harness's sampler answered {self.sampled}")
+        self.sampled = None
+        self.tokens.append(token)
+        self.unused = 0
+        self.fed_since_token = False
+        if self.on_token is not None:
+            self.on_token(token)
+
+    def finish(self, result: dict[str, Any], polls: int) -> WireRun:
+        if list(result["tokens"]) != self.tokens:
+            self.violation(
+                f"generate returned tokens {result['tokens'][:8]}..., $/token reported {self.tokens[:8]}..."
+            )
+        if self.tokens and self.tokens[-1] in self.stops:
+            stop = "stop_token"
+        elif len(self.tokens) >= self.max_tokens:
+            stop = "max_tokens"
+        else:
+            stop = "cancelled"
+        if result["stop_reason"] != stop:
+            self.violation(f"generate says it stopped for {result['stop_reason']}; its events say {stop}")
+        reused = len(self.prompt) if self.tokens and self.prefill_forwards == 0 else self.first_start or 0
+        return WireRun(
+            tokens=tuple(self.tokens),
+            emitted=len(self.tokens),
+            decode_forwards=self.decode_forwards,
+            prefill_forwards=self.prefill_forwards,
+            polls=polls,
+            positions=tuple(self.positions),
+            wasted_forwards=self.wasted + self.unused,
+            stop_reason=stop,
+            prompt_len=len(self.prompt),
+            reused=reused,
+            claims=dict(result.get("claims", {})),
+        )
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("falsify")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _token_list(tokens: Any, what: str) -> list[int]:
+    if isinstance(tokens, str | bytes):
+        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
+    if hasattr(tokens, "tolist"):
+        tokens = tokens.tolist()
+    try:
+        items = list(tokens)
+    except TypeError:
+        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}") from None
+    out = []
+    for i, t in enumerate(items):
+        if isinstance(t, bool) or not isinstance(t, int | np.integer):
+            raise ValueError(f"{what}[{i}] is {t!r}, not an int token id")
+        out.append(int(t))
+    return out

@@ -1,0 +1,195 @@
+"""One conversation with a wire engine: ids, framing, the timeout, schema checks, and replies to the engine.
+
+`Connection.request(method, params, on_engine)` sends a request and reads messages until its reply. Messages
+the engine sends meanwhile (`$/poll`, `$/forward`, ...) go to `on_engine(method, params)`, which returns the
+result of an engine request (the harness's answer) or None for a notification. Any failure is a named WireError
+(errors.py), after which the engine is stopped and every later request raises the same error at once.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from falsify.engines.wire import errors
+from falsify.engines.wire.messages import (
+    ENGINE_NOTIFICATIONS,
+    ENGINE_REQUESTS,
+    ErrorCode,
+    envelope_problem,
+    schema_problem,
+)
+from falsify.engines.wire.transports import HttpTransport, StdioTransport, TransportError
+
+OnEngine = Callable[[str, dict[str, Any]], dict[str, Any] | None]
+
+
+class EngineRefused(Exception):
+    """Raised by an `on_engine` handler: answer the engine's request with this error instead of a result."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Connection:
+    def __init__(self, transport: StdioTransport | HttpTransport, *, timeout: float, max_line: int) -> None:
+        self.transport = transport
+        self.timeout = timeout
+        self.max_line = max_line
+        self.failure: errors.WireError | None = None
+        self._next_id = 1
+        self._lock = threading.Lock()  # one request in flight: the protocol is not pipelined
+
+    # -- sending -----------------------------------------------------------------------------------------------
+    def _send(self, message: dict[str, Any], *, request_id: int | None, waiting_for: str) -> None:
+        line = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        try:
+            self.transport.send(line, request_id=request_id)
+        except TransportError as exc:
+            text = str(exc)
+            cls = errors.EngineTimeout if "timed out" in text else errors.EngineCrashed
+            self.fail(cls(f"{self._who()}: {text} ({waiting_for}){self._status()}"))
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        if self.failure is None:
+            self._send(
+                {"method": method, "params": params}, request_id=None, waiting_for=f"notifying {method}"
+            )
+
+    # -- the request loop ------------------------------------------------------------------------------------
+    def request(
+        self, method: str, params: dict[str, Any], on_engine: OnEngine | None = None
+    ) -> dict[str, Any]:
+        with self._lock:
+            if self.failure is not None:
+                raise self.failure
+            rid = self._next_id
+            self._next_id += 1
+            waiting = f"waiting for the reply to {method} (id {rid})"
+            self._send({"id": rid, "method": method, "params": params}, request_id=rid, waiting_for=waiting)
+            while True:
+                message = self._receive(waiting, rid)
+                if "method" in message:
+                    self._engine_message(message, on_engine, method)
+                    continue
+                if message.get("id") != rid:
+                    self.fail(
+                        errors.ProtocolViolation(
+                            f"{self._who()}: a reply to id {message.get('id')} while {waiting}"
+                        )
+                    )
+                if "error" in message:
+                    return self._error_reply(method, message["error"])
+                problem = schema_problem(method, "result", message["result"])
+                if problem:
+                    self.fail(errors.MalformedMessage(f"{self._who()}: {problem}"))
+                return message["result"]  # type: ignore[no-any-return]
+
+    def _receive(self, waiting: str, rid: int) -> dict[str, Any]:
+        while True:
+            try:
+                kind, value = self.transport.queue.get(timeout=self.timeout)
+            except queue.Empty:
+                self.fail(
+                    errors.EngineTimeout(f"{self._who()}: no message for {self.timeout:g} s while {waiting}")
+                )
+            if kind == "end":
+                if value == rid:
+                    self.fail(
+                        errors.EngineCrashed(f"{self._who()}: the response stream ended while {waiting}")
+                    )
+                continue  # the stream of an earlier request closing: normal
+            if kind == "oversize":
+                self.fail(
+                    errors.OversizedMessage(
+                        f"{self._who()}: a line of more than {self.max_line} bytes (limit FALSIFY_WIRE_MAX_LINE) "
+                        f"while {waiting}"
+                    )
+                )
+            if kind == "eof":
+                self.fail(errors.EngineCrashed(f"{self._who()}: {value} while {waiting}{self._status()}"))
+            return self._parse(value, waiting)
+
+    def _parse(self, line: bytes, waiting: str) -> dict[str, Any]:
+        try:
+            message = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            shown = line[:60].decode("utf-8", "replace")
+            self.fail(errors.MalformedMessage(f"{self._who()}: not JSON ({exc}) while {waiting}: {shown!r}"))
+        problem = envelope_problem(message)
+        if problem:
+            self.fail(errors.MalformedMessage(f"{self._who()}: {problem} while {waiting}"))
+        return message  # type: ignore[no-any-return]
+
+    def _engine_message(self, message: dict[str, Any], on_engine: OnEngine | None, during: str) -> None:
+        method, params, mid = message["method"], message["params"], message.get("id")
+        if method == "$/log":
+            return
+        known = ENGINE_REQUESTS if mid is not None else ENGINE_NOTIFICATIONS
+        if method not in known:
+            kind = "request" if mid is not None else "notification"
+            self.fail(
+                errors.ProtocolViolation(f"{self._who()}: unknown engine {kind} {method!r} during {during}")
+            )
+        problem = schema_problem(method, "params", params)
+        if problem:
+            self.fail(errors.MalformedMessage(f"{self._who()}: {problem}"))
+        if on_engine is None:
+            self.fail(errors.ProtocolViolation(f"{self._who()}: {method} during {during}, which sends none"))
+        try:
+            result = on_engine(method, params)
+        except EngineRefused as refused:
+            if mid is not None:
+                self._send(
+                    {"id": mid, "error": {"code": int(refused.code), "message": str(refused)}},
+                    request_id=None,
+                    waiting_for=f"answering {method}",
+                )
+            return
+        if mid is not None:
+            self._send(
+                {"id": mid, "result": result or {}}, request_id=None, waiting_for=f"answering {method}"
+            )
+
+    def _error_reply(self, method: str, error: dict[str, Any]) -> dict[str, Any]:
+        code, text = error.get("code"), str(error.get("message", ""))
+        if code == ErrorCode.INVALID_INPUT:
+            raise ValueError(text)  # the engine refused the values, as an in-process engine raises ValueError
+        if code == ErrorCode.UNSUPPORTED_PROTOCOL_VERSION:
+            self.fail(errors.ProtocolVersionMismatch(f"{self._who()}: {text}"))
+        try:
+            name = ErrorCode(code).name
+        except ValueError:
+            name = f"code {code}"
+        raise errors.EngineErrorReply(f"{self._who()}: {method} failed: {name}: {text}")
+
+    # -- failure and shutdown --------------------------------------------------------------------------------
+    def fail(self, error: errors.WireError) -> Any:
+        """Remember `error`, stop the engine, raise. Every later request raises the same error."""
+        if self.failure is None:
+            self.failure = error
+            self.transport.close(grace=0)
+        raise self.failure
+
+    def close(self, grace: float = 2.0) -> None:
+        if self.failure is None:
+            try:
+                self.request("shutdown", {})
+                self.notify("exit", {})
+            except (errors.WireError, ValueError):
+                pass
+        self.transport.close(grace)
+        if self.failure is None:
+            self.failure = errors.EngineCrashed(f"{self._who()}: the connection was closed by the harness")
+
+    def _who(self) -> str:
+        return f"engine {self.transport.description}"
+
+    def _status(self) -> str:
+        status = self.transport.exit_status()
+        tail = self.transport.stderr_tail()
+        return (f"; the engine {status}" if status else "") + (f"; stderr: {tail}" if tail else "")

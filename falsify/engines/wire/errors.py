@@ -1,0 +1,46 @@
+"""The named errors of a wire engine. Each one ends the connection (the engine is stopped) and every later call
+raises it again at once, so every prediction it touches is an ERROR row naming it, never a hang or a PASS."""
+
+from __future__ import annotations
+
+from falsify.errors import FalsifyError
+
+
+class WireError(FalsifyError):
+    """Base: something between the harness and a wire engine went wrong. str() starts with the error's name."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{type(self).__name__}: {message}")
+
+
+class EngineStartError(WireError):
+    """The engine could not be started or reached (bad command, nothing listening)."""
+
+
+class EngineCrashed(WireError):
+    """The engine exited or closed the connection while the harness waited for it."""
+
+
+class EngineTimeout(WireError):
+    """No message from the engine within the timeout while the harness waited for one."""
+
+
+class MalformedMessage(WireError):
+    """A line that is not JSON, not a message of the protocol, or whose params/result break its schema."""
+
+
+class OversizedMessage(WireError):
+    """A line longer than the limit (FALSIFY_WIRE_MAX_LINE); reading stopped there."""
+
+
+class ProtocolVersionMismatch(WireError):
+    """The engine speaks another protocol version."""
+
+
+class ProtocolViolation(WireError):
+    """Well-formed messages in an order or with values the protocol forbids (a token with no forward reported
+    before it, a forward that skips positions, a result contradicting the events, ...)."""
+
+
+class EngineErrorReply(WireError):
+    """The engine answered a request with an error the harness cannot map to a Python error."""

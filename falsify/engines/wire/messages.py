@@ -1,0 +1,129 @@
+"""The wire protocol's vocabulary: its version, error codes, the array encoding, and the message schemas.
+
+docs/engine-protocol.md is the specification; this module is what the harness side checks messages against.
+Every message's params or result has a JSON Schema in `schemas/` (package data), named
+`<method>.params.schema.json` / `<method>.result.schema.json`, with a method's `$/` spelt `dollar-` (`$/poll` ->
+`dollar-poll.params.schema.json`), plus `envelope.schema.json` for the three message shapes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from enum import IntEnum
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import numpy as np
+
+PROTOCOL_VERSION = "falsify-engine/1"
+
+# Methods the harness sends, the engine sends, and which of them are notifications (no reply).
+HARNESS_REQUESTS = (
+    "initialize",
+    "shutdown",
+    "load_model",
+    "new_session",
+    "release_session",
+    "generate",
+    "new_state",
+    "copy_state",
+    "release_state",
+    "forward",
+    "state_bytes",
+    "state_digest",
+)
+HARNESS_NOTIFICATIONS = ("exit", "$/cancelRequest")
+ENGINE_REQUESTS = ("$/poll", "$/sample")
+ENGINE_NOTIFICATIONS = ("$/forward", "$/token", "$/log")
+
+# Wire capabilities (what `initialize` answers) and the methods each one obliges the engine to serve.
+WIRE_CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "generate": ("load_model", "new_session", "release_session", "generate"),
+    "state": (
+        "load_model",
+        "new_state",
+        "copy_state",
+        "release_state",
+        "forward",
+        "state_bytes",
+        "state_digest",
+    ),
+}
+
+
+class ErrorCode(IntEnum):
+    """`error.code` of a response (JSON-RPC 2.0's reserved range, plus the protocol's own)."""
+
+    PARSE_ERROR = -32700  # the line is not JSON
+    INVALID_REQUEST = -32600  # JSON, but not a request/response/notification of this protocol
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602  # params do not match the method's schema
+    INTERNAL_ERROR = -32603
+    UNSUPPORTED_PROTOCOL_VERSION = -32001
+    SERVER_NOT_INITIALIZED = -32002
+    INVALID_INPUT = -32010  # well-formed, but the values are refused (token id outside the vocabulary, ...)
+    UNKNOWN_HANDLE = -32011
+    CAPABILITY_NOT_OFFERED = -32012
+    REQUEST_CANCELLED = -32800
+
+
+def schema_name(method: str) -> str:
+    """The file-name stem of a method's schemas: `$/poll` -> `dollar-poll`."""
+    return method.replace("$/", "dollar-")
+
+
+@cache
+def _schema(name: str) -> jsonschema.protocols.Validator | None:
+    ref = resources.files(__package__).joinpath(f"schemas/{name}.schema.json")
+    if not ref.is_file():
+        return None
+    schema = json.loads(ref.read_text(encoding="utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def schema_problem(method: str, part: str, value: Any) -> str | None:
+    """None when `value` (the `params` or `result` of `method`) matches its schema, else one line naming the
+    field and the rule, jsonschema-style."""
+    validator = _schema(f"{schema_name(method)}.{part}")
+    if validator is None:
+        return f"no schema for {method} {part}"
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is None:
+        return None
+    where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    return f"{method} {part}{where}: {error.message} [{error.validator}]"
+
+
+def envelope_problem(message: Any) -> str | None:
+    validator = _schema("envelope")
+    assert validator is not None
+    error = jsonschema.exceptions.best_match(validator.iter_errors(message))
+    return None if error is None else f"not a message of {PROTOCOL_VERSION}: {error.message}"
+
+
+def encode_f32(array: np.ndarray) -> dict[str, Any]:
+    """An exact float32 array: base64 of its little-endian bytes, row-major, with its shape."""
+    a = np.ascontiguousarray(array, dtype="<f4")
+    return {"dtype": "float32", "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode("ascii")}
+
+
+def decode_f32(obj: dict[str, Any], what: str) -> np.ndarray:
+    """The array `encode_f32` wrote; ValueError naming `what` when its bytes and shape disagree."""
+    raw = decode_bytes(obj["data"], what)
+    shape = tuple(int(n) for n in obj["shape"])
+    if len(raw) != 4 * int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"{what}: {len(raw)} bytes of data for float32 shape {list(shape)}")
+    return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
+
+
+def decode_bytes(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{what}: not standard base64 (RFC 4648 §4, with padding)") from None

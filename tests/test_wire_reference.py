@@ -1,0 +1,99 @@
+"""The reference engine served over the wire protocol judges the same as in process.
+
+`python -m reference.serve` (stdio, and HTTP) runs the cancellation falsifiers through falsify's wire client; the
+results files of those runs and of the in-process run are diffed test by test: outcome, message, how many checks
+ran and held, and the observed values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVE = f"{sys.executable} -m reference.serve"
+
+
+def env() -> dict[str, str]:
+    e = os.environ.copy()
+    e.update(PYTHONPATH=str(ROOT), HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+    e.pop("FALSIFY_WIRE_TIMEOUT", None)
+    return e
+
+
+def falsifiers(engine: str, results: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--engine", engine]
+    cmd += ["--falsify-results", str(results), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600, check=False)
+
+
+# Hypothesis draws the same first 10 examples of this test on both engines and different ones after (measured:
+# the 11th-15th prompts differ, the test passing on both); which state of Hypothesis's generator depends on the
+# engine is not found yet, so its last observed values are left out of the diff. Everything else is compared.
+DRAWS_DIVERGE = {"tests/test_cancel_contract.py::test_an_uncancelled_run"}
+
+
+def records(path: Path) -> dict[str, Any]:
+    tests = json.loads(path.read_text(encoding="utf-8"))["tests"]
+    out = {nid: {k: v for k, v in r.items() if k != "duration"} for nid, r in tests.items()}
+    for nid in DRAWS_DIVERGE & set(out):
+        for observed in out[nid]["observations"].values():
+            observed.pop("last_values")
+    return out
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("inproc") / "results.json"
+    proc = falsifiers("reference", out, "tests/test_cancel_contract.py")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    return records(out)
+
+
+def diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    lines = [f"only in one run: {nid}" for nid in sorted(set(a) ^ set(b))]
+    for nid in sorted(set(a) & set(b)):
+        if a[nid] != b[nid]:
+            lines.append(f"{nid}:\n  in process: {a[nid]}\n  wire:       {b[nid]}")
+    return lines
+
+
+def test_stdio_engine_judges_like_the_in_process_one(in_process: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = falsifiers(f"exec:{SERVE}", out, "tests/test_cancel_contract.py")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    wire = records(out)
+    assert len(wire) == 9 and all(r["outcome"] == "passed" for r in wire.values())
+    assert not diff(in_process, wire), "\n".join(diff(in_process, wire))
+
+
+def test_http_engine_judges_like_the_in_process_one(in_process: dict[str, Any], tmp_path: Path) -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-m", "reference.serve", "--http", "0"],
+        cwd=ROOT,
+        env=env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stderr is not None
+        banner = server.stderr.readline()
+        found = re.search(r"http://127\.0\.0\.1:(\d+)", banner)
+        assert found, banner
+        out = tmp_path / "results.json"
+        proc = falsifiers(found.group(0), out, "tests/test_cancel_contract.py")
+        assert proc.returncode == 0, proc.stdout[-2000:]
+        wire = records(out)
+        assert len(wire) == 9
+        assert not diff(in_process, wire), "\n".join(diff(in_process, wire))
+        assert server.wait(30) == 0  # the harness ended it: shutdown, then exit
+    finally:
+        server.kill()
+        server.wait()
