@@ -1,0 +1,139 @@
+"""Falsifiers of apr-serve-prefill-steps-v1 for the lane host's serving paths: each stream's own cancel token
+(FALSIFY-SERVE-PREFILL-012..016, the host's versions of CANCEL-001..004 and -010), rounds at full capacity (017)
+and several prompts prefilling at once (018).
+
+Polls and forwards are counted by the harness (tests/lane_probe.py: a CountingModel proxy under the host and a
+logged CountingCancel per stream), never read from the host's own stats. Every formula lives in the YAML.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from lane_probe import LaneProbe, StreamMeasure
+
+import falsify
+
+PAGE_SIZE = 16
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(scope="module")
+def model(engine: Any) -> Any:
+    return engine.load_model("f32")
+
+
+def prompt_for(model: Any, first: int, n: int, seed: int) -> list[int]:
+    """n tokens starting with `first` (the probe tells streams apart by their first token)."""
+    rest = np.random.default_rng(seed).integers(0, model.config.vocab_size, max(n - 1, 0))
+    return [first % model.config.vocab_size, *(int(t) for t in rest)]
+
+
+def observe(pid: str, m: StreamMeasure, budget: int | None, max_tokens: int) -> None:
+    """Check `pid` on one stream when the stream is in its domain (012, 014-016: cancelled by its own token)."""
+    bounds = {"max_tokens": max_tokens, **({} if budget is None else {"n": budget})}
+    cancelled = budget is not None and budget < max_tokens
+    if pid == "FALSIFY-SERVE-PREFILL-013":
+        falsify.check(
+            pid,
+            polls_before_decode=m.polls_before_decode,
+            polls_before_prefill=m.polls_before_prefill,
+            measured_decode_forwards=m.decode_forwards,
+            measured_prefill_forwards=m.prefill_forwards,
+            decode_positions=m.decode_positions,
+            stream_prompt_len=m.prompt_len,
+            emitted=m.emitted,
+            **bounds,
+        )
+    elif pid == "FALSIFY-SERVE-PREFILL-012" and cancelled and budget:
+        falsify.check(pid, emitted=m.emitted, **bounds)
+    elif pid == "FALSIFY-SERVE-PREFILL-014" and cancelled:
+        falsify.check(pid, host_polls=m.host_polls, emitted=m.emitted, **bounds)
+    elif pid == "FALSIFY-SERVE-PREFILL-015" and cancelled and budget == 0:
+        falsify.check(
+            pid,
+            emitted=m.emitted,
+            measured_prefill_forwards=m.prefill_forwards,
+            measured_decode_forwards=m.decode_forwards,
+            host_polls=m.host_polls,
+            max_tokens=max_tokens,
+        )
+    elif pid == "FALSIFY-SERVE-PREFILL-016" and cancelled:
+        falsify.check(pid, wasted_forwards=m.wasted_forwards, n=budget)
+
+
+HOST_CANCEL = [f"FALSIFY-SERVE-PREFILL-{i:03d}" for i in (12, 13, 14, 15, 16)]
+jobs = st.lists(
+    st.tuples(st.integers(1, 150), st.integers(1, 12), st.none() | st.integers(0, 8)), min_size=1, max_size=4
+)
+_runs: dict[tuple[Any, ...], list[tuple[StreamMeasure, int | None, int]]] = {}
+
+
+def host_run(engine: Any, model: Any, jobs: list[tuple[int, int, int | None]], seed: int) -> list[Any]:
+    """Every stream's measurements for one host run of `jobs` (cached: each prediction's test replays it)."""
+    key = (id(engine), tuple(jobs), seed)
+    if key not in _runs:
+        probe = LaneProbe(engine, model, chunk_cap=64, pages=64, page_size=PAGE_SIZE, max_streams=4)
+        ids = [probe.submit(prompt_for(model, i, n, seed + i), k, b) for i, (n, k, b) in enumerate(jobs)]
+        probe.run()
+        _runs[key] = [(probe.stream(sid), b, k) for sid, (_, k, b) in zip(ids, jobs, strict=True)]
+    return _runs[key]
+
+
+@pytest.mark.parametrize(
+    "pid", [pytest.param(p, marks=pytest.mark.falsifies(p), id=p.rsplit("-", 1)[1]) for p in HOST_CANCEL]
+)
+@SETTINGS
+@given(jobs=jobs, seed=st.integers(0, 3))
+@example(jobs=[(70, 12, 5), (9, 10, None), (130, 8, 0), (1, 6, 2)], seed=0)
+@example(jobs=[(40, 9, 3), (40, 9, 7), (3, 4, 1), (100, 3, 0)], seed=1)
+def test_each_stream_polls_its_own_token_once_before_each_forward(
+    engine: Any, model: Any, pid: str, jobs: list[tuple[int, int, int | None]], seed: int
+) -> None:
+    for m, budget, max_tokens in host_run(engine, model, jobs, seed):
+        observe(pid, m, budget, max_tokens)
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-017", "FALSIFY-SERVE-PREFILL-013")
+@pytest.mark.parametrize("lanes", [2, 3, 4])
+@pytest.mark.parametrize("with_budgets", [False, True], ids=["never", "budgets"])
+def test_no_stream_is_skipped_when_every_lane_decodes(
+    engine: Any, model: Any, lanes: int, with_budgets: bool
+) -> None:
+    probe = LaneProbe(engine, model, chunk_cap=64, pages=96, page_size=PAGE_SIZE, max_streams=lanes)
+    # Prompts of 1, 1, 2 and 2 chunks reach decode in rounds 1, 2, 4 and 6 (one chunk per round); 10 tokens
+    # each keeps them all decoding together for several rounds. With budgets of 9 + i (of 16 tokens), streams
+    # stop on their own token, the first ones during full rounds.
+    jobs = [(5 + 37 * i, 16, 9 + i) if with_budgets else (5 + 37 * i, 10, None) for i in range(lanes)]
+    ids = [probe.submit(prompt_for(model, i, n, i), k, b) for i, (n, k, b) in enumerate(jobs)]
+    probe.run()
+    served = probe.full_rounds()
+    falsify.check("FALSIFY-SERVE-PREFILL-017", full_rounds=len(served), served=served, lanes=lanes)
+    for sid, (_, k, budget) in zip(ids, jobs, strict=True):
+        observe("FALSIFY-SERVE-PREFILL-013", probe.stream(sid), budget, k)
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-018")
+@pytest.mark.parametrize("chunk_cap", [64, 128])
+@pytest.mark.parametrize("lengths", [(200, 150, 300), (64, 65, 129, 1)], ids=["long", "edges"])
+def test_several_prompts_prefilling_share_one_chunk_per_round(
+    engine: Any, model: Any, chunk_cap: int, lengths: tuple[int, ...]
+) -> None:
+    probe = LaneProbe(engine, model, chunk_cap=chunk_cap, pages=128, page_size=PAGE_SIZE, max_streams=6)
+    probe.submit(prompt_for(model, 100, 20, 9), 30)  # a stream that decodes throughout
+    probe.round()
+    for i, n in enumerate(lengths):
+        probe.submit(prompt_for(model, i, n, i), 3)
+    probe.run()
+    chunks, fed, prefilling = probe.prefill_work()
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-018",
+        prefill_chunks_per_round=chunks,
+        prefill_tokens_per_round=fed,
+        prefilling=prefilling,
+        chunk_cap=chunk_cap,
+    )
