@@ -14,15 +14,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     precondition,
     rule,
     run_state_machine_as_test,
 )
+from hypothesis.statistics import collector, describe_statistics
+from lane_probe import LaneProbe
 
 import falsify
 
@@ -180,42 +183,103 @@ def test_shared_tokens_equal_alone(engine: Any, model: Any, alone: Any, n_stream
         )
 
 
-@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-008", "FALSIFY-SERVE-PREFILL-009", "FALSIFY-SERVE-PREFILL-010")
-def test_lane_host_state_machine(engine: Any, model: Any, alone: Any) -> None:
-    max_streams, pages = 3, 24
+# The state machine's reach, as hypothesis' statistics show it (pytest --hypothesis-show-statistics): every label
+# below is an event() the machine records, and the run asserts the ones the predictions need were reached.
+FULL_ROUND = "a round began with every lane decoding"
+SEVERAL_PREFILLING = "a round began with 2+ prompts prefilling"
+OWN_TOKEN_STOP = "a stream was stopped by its own cancel token"
+GAPS_CHECKED = "PREFILL-009 checked on a non-empty list of gaps"
+FULL_LATER = "a round began with every lane decoding after the opening (a drawn program reached it)"
+MACHINE_REACH: dict[str, int] = {}  # event -> examples (test cases) that reached it, over the whole run
+
+
+@pytest.mark.falsifies(
+    "FALSIFY-SERVE-PREFILL-008",
+    "FALSIFY-SERVE-PREFILL-009",
+    "FALSIFY-SERVE-PREFILL-010",
+    "FALSIFY-SERVE-PREFILL-013",
+    "FALSIFY-SERVE-PREFILL-014",
+    "FALSIFY-SERVE-PREFILL-016",
+)
+def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: pytest.FixtureRequest) -> None:
+    # Three lanes and pages for all three at their largest (140 + 12 - 1 positions = 10 pages each), so that
+    # every lane decoding at once is reachable; own-token budgets 0-8 below max_tokens up to 12 stop streams
+    # mid-decode; the rounds rule runs up to 6 rounds so long prompts get through their chunks.
+    max_streams, pages = 3, 36
+    MACHINE_REACH.clear()
 
     class LaneHostMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.host = engine.lane_host(
-                model, chunk_cap=64, pages=pages, page_size=PAGE_SIZE, max_streams=max_streams
+            self.probe = LaneProbe(
+                engine, model, chunk_cap=64, pages=pages, page_size=PAGE_SIZE, max_streams=max_streams
             )
-            self.jobs: dict[int, tuple[list[int], int]] = {}
+            self.host = self.probe.host
+            self.jobs: dict[int, tuple[list[int], int, int | None]] = {}
             self.waited: dict[int, int] = {}  # rounds a prefilling stream has gone without a chunk
             self.most_held = 0
+            self.submitted = 0
+            self.most_decoding = 0
+            self.reached: set[str] = set()
+            self.opening = True
 
         def phase(self, sid: int) -> str:
             return str(self.host.stats(sid).phase)
 
-        @rule(n=st.integers(1, 140), max_tokens=st.integers(1, 5), seed=st.integers(0, 2))
-        def submit(self, n: int, max_tokens: int, seed: int) -> None:
-            p = prompt_of(model, n, seed)
+        def reach(self, what: str) -> None:
+            event(what)
+            self.reached.add(what)
+
+        @initialize(
+            jobs=st.lists(
+                st.tuples(st.integers(1, 64), st.integers(8, 12), st.none() | st.integers(6, 8)),
+                min_size=max_streams,
+                max_size=max_streams,
+            )
+        )
+        def fill_every_lane(self, jobs: list[tuple[int, int, int | None]]) -> None:
+            """Start at full capacity: one-chunk prompts, then rounds until one begins with every lane decoding
+            (the third prefill ends in round 3, and every stream lives for at least 6 tokens)."""
+            for n, max_tokens, budget in jobs:
+                self.submit(n, max_tokens, 0, budget)
+            for _ in range(2 * max_streams):
+                self.rounds(1)
+                if FULL_ROUND in self.reached:
+                    break
+            self.opening = False
+
+        @rule(
+            n=st.integers(1, 140),
+            max_tokens=st.integers(1, 12),
+            seed=st.integers(0, 2),
+            budget=st.none() | st.integers(0, 8),
+        )
+        def submit(self, n: int, max_tokens: int, seed: int, budget: int | None) -> None:
+            p = [self.submitted, *prompt_of(model, n - 1, seed)]  # the probe tells streams by first token
+            self.submitted += 1
             try:
-                sid = self.host.submit(p, max_tokens)
+                sid = self.probe.submit(p, max_tokens, budget)
             except RuntimeError as refused:  # LaneRefused: a clear, named refusal
                 assert type(refused).__name__ == "LaneRefused", refused
                 return
-            self.jobs[sid] = (p, max_tokens)
+            self.jobs[sid] = (p, max_tokens, budget)
             self.waited[sid] = 0
             self.most_held = max(self.most_held, sum(self.phase(s) != "done" for s in self.jobs))
 
-        @rule()
-        def round(self) -> None:
-            report = self.host.round()
-            served = report.prefilled[0] if report.prefilled else None
-            for sid in self.jobs:
-                if self.phase(sid) == "prefill":
-                    self.waited[sid] = 0 if sid == served else self.waited[sid] + 1
+        @rule(k=st.integers(1, 6))
+        def rounds(self, k: int) -> None:
+            for _ in range(k):
+                report = self.probe.round()
+                log = self.probe.rounds[-1]
+                self.most_decoding = max(self.most_decoding, len(log.decoding))
+                if len(log.decoding) == max_streams:
+                    self.reach(FULL_ROUND if self.opening else FULL_LATER)
+                if len(log.prefilling) >= 2:
+                    self.reach(SEVERAL_PREFILLING)
+                served = report.prefilled[0] if report.prefilled else None
+                for sid in self.jobs:
+                    if self.phase(sid) == "prefill":
+                        self.waited[sid] = 0 if sid == served else self.waited[sid] + 1
 
         @precondition(lambda self: self.jobs)
         @rule(data=st.data())
@@ -226,7 +290,7 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any) -> None:
         @rule(data=st.data())
         def leave(self, data: st.DataObject) -> None:
             sid = data.draw(st.sampled_from(sorted(self.jobs)))
-            self.host.leave(sid)
+            self.probe.leave(sid)
             del self.jobs[sid]
 
         @precondition(lambda self: any(self.phase(s) == "paused" for s in self.jobs))
@@ -244,27 +308,76 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any) -> None:
 
         @invariant()
         def no_starved_stream(self) -> None:
-            max_wait = max([self.waited[s] for s in self.jobs if self.phase(s) == "prefill"], default=0)
             gaps = [g for s in self.jobs for g in self.host.decode_gaps(s)]
+            if not gaps:
+                return  # nothing to judge yet; an empty list would be a vacuous check
+            self.reach(GAPS_CHECKED)
+            MACHINE_REACH["PREFILL-009 non-empty checks"] = (
+                MACHINE_REACH.get("PREFILL-009 non-empty checks", 0) + 1
+            )
+            max_wait = max([self.waited[s] for s in self.jobs if self.phase(s) == "prefill"], default=0)
             falsify.check(
                 "FALSIFY-SERVE-PREFILL-009", gaps=gaps, max_wait=max_wait, streams=max(self.most_held, 1)
             )
 
         @invariant()
         def tokens_and_forwards(self) -> None:
-            for sid, (p, k) in self.jobs.items():
-                stats = self.host.stats(sid)
+            for sid, (p, k, _) in self.jobs.items():
+                m = self.probe.stream(sid)
                 falsify.check(
                     "FALSIFY-SERVE-PREFILL-010",
                     shared_tokens=self.host.tokens(sid),
                     alone_tokens=alone(p, k),
-                    emitted=stats.emitted,
-                    decode_forwards=stats.decode_forwards,
+                    emitted=m.emitted,
+                    decode_forwards=m.decode_forwards,
                 )
 
-    run_state_machine_as_test(
-        LaneHostMachine,
-        settings=settings(
-            max_examples=12, stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck)
-        ),
-    )
+        @invariant()
+        def own_tokens(self) -> None:
+            for sid, (_, k, budget) in self.jobs.items():
+                m = self.probe.stream(sid)
+                bounds = {"max_tokens": k, **({} if budget is None else {"n": budget})}
+                falsify.check(
+                    "FALSIFY-SERVE-PREFILL-013",
+                    polls_before_decode=m.polls_before_decode,
+                    polls_before_prefill=m.polls_before_prefill,
+                    measured_decode_forwards=m.decode_forwards,
+                    measured_prefill_forwards=m.prefill_forwards,
+                    decode_positions=m.decode_positions,
+                    stream_prompt_len=m.prompt_len,
+                    emitted=m.emitted,
+                    **bounds,
+                )
+                answers = self.probe.tokens[sid].answers
+                if budget is not None and answers and answers[-1]:  # stopped by its own token
+                    self.reach(OWN_TOKEN_STOP)
+                    falsify.check(
+                        "FALSIFY-SERVE-PREFILL-014", host_polls=m.host_polls, emitted=m.emitted, **bounds
+                    )
+                    falsify.check("FALSIFY-SERVE-PREFILL-016", wasted_forwards=m.wasted_forwards, n=budget)
+
+        def teardown(self) -> None:
+            target(float(self.most_decoding), label="most lanes decoding at a round's start")
+            for what in self.reached:
+                MACHINE_REACH[what] = MACHINE_REACH.get(what, 0) + 1
+
+    examples = 16
+    stats: dict[str, Any] = {}
+    # The hook hypothesis' pytest plugin sets around @given tests, set here around the machine so that
+    # --hypothesis-show-statistics prints its events and target for this (non-@given) test too.
+    with collector.with_value(stats.update):
+        run_state_machine_as_test(
+            LaneHostMachine,
+            settings=settings(
+                max_examples=examples,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    if stats:
+        request.node.hypothesis_statistics = describe_statistics({**stats, "nodeid": request.node.nodeid})
+    # The predictions' states were reached, not just allowed: each in at least a quarter of the examples.
+    for what in (FULL_ROUND, SEVERAL_PREFILLING, OWN_TOKEN_STOP, GAPS_CHECKED):
+        assert MACHINE_REACH.get(what, 0) >= examples // 4, (what, MACHINE_REACH)
+    print(f"state machine reach over {examples} examples: {MACHINE_REACH}")
