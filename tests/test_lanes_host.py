@@ -365,7 +365,8 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
     stats: dict[str, Any] = {}
     # The hook hypothesis' pytest plugin sets around @given tests, set here around the machine so that
     # --hypothesis-show-statistics prints its events and target for this (non-@given) test too.
-    with collector.with_value(stats.update):
+    hook: Any = collector  # typed DynamicVariable[None]; the plugin sets a callback on it, as we do
+    with hook.with_value(stats.update):
         run_state_machine_as_test(
             LaneHostMachine,
             settings=settings(
@@ -376,7 +377,8 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
             ),
         )
     if stats:
-        request.node.hypothesis_statistics = describe_statistics({**stats, "nodeid": request.node.nodeid})
+        shown: Any = {**stats, "nodeid": request.node.nodeid}
+        request.node.hypothesis_statistics = describe_statistics(shown)
     # The predictions' states were reached, not just allowed: each in at least a quarter of the examples.
     for what in (FULL_ROUND, SEVERAL_PREFILLING, OWN_TOKEN_STOP, GAPS_CHECKED):
         assert MACHINE_REACH.get(what, 0) >= examples // 4, (what, MACHINE_REACH)
