@@ -17,7 +17,7 @@ from reference.attention import gated_attention, rms_norm
 from reference.config import Config
 from reference.gdn import gated_delta_net, silu
 from reference.state import PagePool, StreamState
-from reference.weights import GDNWeights, MLPWeights, Weights, dense_state_dict, load_weights
+from reference.weights import GDNWeights, MLPWeights, Weights, assemble, dense_state_dict, load_weights
 
 DEFAULT_PAGE_SIZE = 16  # tokens per KV page
 
@@ -158,8 +158,20 @@ class Model:
             )
 
 
-def load_model(path: str | Path, weights: str = "q4_k") -> Model:
-    """Load an HF Qwen3.5 text checkpoint directory (config.json + *.safetensors)."""
+def load_model(path: str | Path, weights: str | None = None) -> Model:
+    """Load an HF Qwen3.5 text checkpoint directory (config.json + *.safetensors), or a llama.cpp `qwen35`
+    GGUF file (`*.gguf`, reference/gguf_io.py).
+
+    weights: "q4_k" (the default for a checkpoint) quantizes every projection whose input dim is a multiple
+    of 256 to Q4_K at load; "f32" keeps all dense; "stored" (the default for a GGUF) runs each tensor as the
+    file stores it: Q4_K blocks through Q4_K.matmul, anything else dequantized to float32."""
     path = Path(path)
+    if path.suffix == ".gguf":
+        from reference.gguf_io import read_gguf
+
+        weights = "stored" if weights is None else weights
+        config, tensors = read_gguf(path)
+        return Model(config, assemble(tensors, config, weights), path, weights)
+    weights = "q4_k" if weights is None else weights
     config = Config.from_file(path / "config.json" if path.is_dir() else path.parent / "config.json")
     return Model(config, load_weights(path, config, weights), path, weights)

@@ -10,6 +10,7 @@ dense, which is what the HF oracle comparison uses.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,53 @@ class Quantized:
         return Quantized(self.q[start:stop], self.cols)
 
 
-Linear = Dense | Quantized
+class ColumnsPermuted:
+    """y = x Wᵀ for a weight stored with its columns permuted: stored[:, j] = W[:, col_perm[j]], so
+    x Wᵀ = x[:, col_perm] storedᵀ (a GGUF's out_proj, whose value-head columns llama.cpp reorders)."""
+
+    def __init__(self, inner: Dense | Quantized, col_perm: np.ndarray) -> None:
+        assert col_perm.shape == (inner.cols,), (col_perm.shape, inner.cols)
+        self.inner, self.col_perm = inner, col_perm
+        self.kind = inner.kind
+        self.rows, self.cols = inner.rows, inner.cols
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:  # [n, cols] -> [n, rows]
+        return self.inner(np.ascontiguousarray(x[:, self.col_perm]))
+
+    def dense(self) -> np.ndarray:
+        return self.inner.dense()[:, np.argsort(self.col_perm)]
+
+    def row_slice(self, start: int, stop: int) -> ColumnsPermuted:
+        return ColumnsPermuted(self.inner.row_slice(start, stop), self.col_perm)
+
+
+class Rows:
+    """Weights of one input stacked by rows whose parts are stored differently (a GGUF that quantized some
+    and not others): one call per part, outputs side by side."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+        self.kind = "+".join(sorted({p.kind for p in parts}))
+        self.rows, self.cols = sum(p.rows for p in parts), parts[0].cols
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:  # [n, cols] -> [n, rows]
+        return np.concatenate([p(x) for p in self.parts], axis=1)
+
+    def dense(self) -> np.ndarray:
+        return np.concatenate([p.dense() for p in self.parts])
+
+
+Linear = Dense | Quantized | ColumnsPermuted | Rows
+
+
+@dataclass(frozen=True, slots=True)
+class StoredQ4K:
+    """A Q4_K weight as a GGUF stores it: q u8[rows, cols // 256 * 144]; with `col_perm`, the stored columns
+    are the model's columns in that order (stored[:, j] = W[:, col_perm[j]])."""
+
+    q: np.ndarray
+    cols: int
+    col_perm: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -220,18 +267,42 @@ def load_weights(path: Path, config: Config, weights: str = "q4_k") -> Weights:
             )
         if not np.isfinite(tensors[name]).all():
             raise WeightsError(f"{path}: tensor {name!r} holds NaN or inf")
-    return _assemble(tensors, config, quantize=weights == "q4_k")
+    return assemble(tensors, config, weights)
 
 
-def _assemble(t: dict[str, np.ndarray], c: Config, quantize: bool) -> Weights:
+def assemble(t: Mapping[str, np.ndarray | StoredQ4K], c: Config, weights: str) -> Weights:
+    """Weights from transformers-named tensors (float32, or Q4_K blocks as a GGUF stored them).
+
+    weights="f32": every projection dense (stored Q4_K dequantized); "q4_k": float projections whose input dim
+    is a multiple of 256 quantized, stored Q4_K kept; "stored": float projections dense, stored Q4_K kept."""
+    if weights not in ("q4_k", "f32", "stored"):
+        raise WeightsError(f"weights={weights!r}: expected 'q4_k', 'f32' or 'stored'")
+
     def linear(name: str) -> Linear:
-        return _linear(t[name], quantize)
+        return _linear(t[name], weights)
+
+    def array(name: str) -> np.ndarray:  # norms, conv kernel, A_log, dt_bias, the embedding table
+        value = t[name]
+        if not isinstance(value, np.ndarray):
+            raise WeightsError(f"tensor {name!r} must be float, not Q4_K blocks")
+        return value
 
     def stacked(*names: str) -> tuple[Linear, ...]:
         """One Linear over the rows of all `names` (same input), then a row view per name."""
-        whole = _linear(np.concatenate([t[n] for n in names]), quantize)
-        bounds = np.cumsum([0] + [t[n].shape[0] for n in names])
-        return whole, *(whole.row_slice(int(a), int(b)) for a, b in itertools.pairwise(bounds))
+        parts = [t[n] for n in names]
+        floats = [p for p in parts if isinstance(p, np.ndarray)]
+        whole: Dense | Quantized
+        if len(floats) == len(parts):
+            whole = _linear(np.concatenate(floats), weights)  # type: ignore[assignment]
+            bounds = np.cumsum([0, *(p.shape[0] for p in floats)])
+            return whole, *(whole.row_slice(int(a), int(b)) for a, b in itertools.pairwise(bounds))
+        linears = [_linear(p, weights) for p in parts]
+        quantized = [x for x in linears if type(x) is Quantized]
+        if len(quantized) == len(linears):  # Q4_K rows are independent: one matmul over all
+            whole = Quantized(np.concatenate([x.q for x in quantized]), linears[0].cols)
+            bounds = np.cumsum([0, *(x.rows for x in quantized)])
+            return whole, *(whole.row_slice(int(a), int(b)) for a, b in itertools.pairwise(bounds))
+        return Rows(linears), *linears
 
     layers = []
     for i, kind in enumerate(c.layer_types):
@@ -245,10 +316,10 @@ def _assemble(t: dict[str, np.ndarray], c: Config, quantize: bool) -> Weights:
                 in_proj_z=z,
                 in_proj_b=b,
                 in_proj_a=a_,
-                conv1d=t[a + "conv1d.weight"][:, 0, :].copy(),
-                dt_bias=t[a + "dt_bias"],
-                A_log=t[a + "A_log"],
-                norm=t[a + "norm.weight"],
+                conv1d=array(a + "conv1d.weight")[:, 0, :].copy(),
+                dt_bias=array(a + "dt_bias"),
+                A_log=array(a + "A_log"),
+                norm=array(a + "norm.weight"),
                 out_proj=linear(a + "out_proj.weight"),
                 in_proj=in_proj,
             )
@@ -260,8 +331,8 @@ def _assemble(t: dict[str, np.ndarray], c: Config, quantize: bool) -> Weights:
                 k_proj=k,
                 v_proj=v,
                 o_proj=linear(a + "o_proj.weight"),
-                q_norm=t[a + "q_norm.weight"],
-                k_norm=t[a + "k_norm.weight"],
+                q_norm=array(a + "q_norm.weight"),
+                k_norm=array(a + "k_norm.weight"),
                 qkv_proj=qkv_proj,
             )
         gate_up, gate, up = stacked(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
@@ -270,15 +341,18 @@ def _assemble(t: dict[str, np.ndarray], c: Config, quantize: bool) -> Weights:
         )
         layers.append(
             LayerWeights(
-                input_layernorm=t[p + "input_layernorm.weight"],
-                post_attention_layernorm=t[p + "post_attention_layernorm.weight"],
+                input_layernorm=array(p + "input_layernorm.weight"),
+                post_attention_layernorm=array(p + "post_attention_layernorm.weight"),
                 mixer=mixer,
                 mlp=mlp,
             )
         )
     head = "embed_tokens.weight" if c.tie_word_embeddings else "lm_head.weight"
     return Weights(
-        embed_tokens=t["embed_tokens.weight"], layers=layers, norm=t["norm.weight"], lm_head=linear(head)
+        embed_tokens=array("embed_tokens.weight"),
+        layers=layers,
+        norm=array("norm.weight"),
+        lm_head=linear(head),
     )
 
 
@@ -318,8 +392,16 @@ def dense_state_dict(w: Weights, c: Config) -> dict[str, np.ndarray]:
     return out
 
 
-def _linear(w: np.ndarray, quantize: bool) -> Linear:
-    return Quantized.of(w) if quantize and w.shape[1] % QK_K == 0 else Dense(w)
+def _linear(w: np.ndarray | StoredQ4K, weights: str) -> Linear:
+    if isinstance(w, StoredQ4K):
+        if weights == "f32":
+            dense = np.asarray(_q4k().dequantize(w.q), dtype=np.float32)
+            return Dense(
+                dense if w.col_perm is None else np.ascontiguousarray(dense[:, np.argsort(w.col_perm)])
+            )
+        q = Quantized(w.q, w.cols)
+        return q if w.col_perm is None else ColumnsPermuted(q, w.col_perm)
+    return Quantized.of(w) if weights == "q4_k" and w.shape[1] % QK_K == 0 else Dense(w)
 
 
 def _strip(key: str) -> str | None:
