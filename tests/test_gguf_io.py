@@ -24,7 +24,7 @@ from reference.gguf_io import _to_gguf, describe, layout, read_gguf, tiled_heads
 from reference.model import load_model  # noqa: E402
 from reference.q4k import Q4_K  # noqa: E402
 from reference.tiny import tiny_model, write_tiny  # noqa: E402
-from reference.weights import StoredQ4K, WeightsError, read_tensors  # noqa: E402
+from reference.weights import GDNWeights, StoredQ4K, WeightsError, read_tensors  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "gguf" / "tiny-0-llamacpp-f32.json"
 PROMPT = np.random.default_rng(7).integers(0, 512, 150)  # odd length: two chunks of 64 and one of 22
@@ -123,6 +123,7 @@ def test_q4k_export_runs_like_the_reference_q4k_model(exported: dict[str, Path])
     )
     assert np.abs(a - b).max() <= 1e-4 and np.abs(b - d).max() <= 1e-4
     gdn = ours.weights.layers[0].mixer
+    assert isinstance(gdn, GDNWeights)
     assert type(gdn.out_proj).__name__ == "ColumnsPermuted" and gdn.in_proj.kind == "q4_k"
 
 
