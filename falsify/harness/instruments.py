@@ -122,15 +122,23 @@ class CountingModel:
         object.__setattr__(self, "_states", [])
 
     def forward(self, tokens: Any, state: Any) -> Any:
+        self.record(int(state.pos), tokens, state)
+        return self._model.forward(tokens, state)
+
+    def record(self, start: int, tokens: Any, state: Any) -> None:
+        """Record one forward that an adapter saw at its engine's own forward boundary.
+
+        For adapters (ours, harness-side) over a library whose generate loop never calls `forward` on the model
+        object, e.g. a torch forward pre-hook in the HF adapter: the count still comes from the harness's
+        instrument, not from the engine's run record. `state` is any object identifying the stream.
+        """
         fed = tuple(int(t) for t in _flat(tokens))
-        start = int(state.pos)
         with self._lock:
             stream = self._streams.get(id(state))
             if stream is None:
                 stream = self._streams[id(state)] = len(self._states)
                 self._states.append(state)  # keeps id(state) unique while recorded
-            self._calls.append(Forward(start, fed, stream))
-        return self._model.forward(tokens, state)
+            self._calls.append(Forward(int(start), fed, stream))
 
     @property
     def wrapped(self) -> Any:

@@ -224,16 +224,23 @@ class HFRun:
 
 
 class _ForwardMeter:
-    """A forward pre-hook: (tokens fed, cache position before the call) for every model forward."""
+    """A forward pre-hook: (tokens fed, cache position before the call) for every model forward.
 
-    def __init__(self) -> None:
+    sink: the harness's forward counter (CountingModel.record) when the session was given the harness's model
+    proxy: HF's generate loop calls the torch module directly, so the proxy's own `forward` never sees its calls.
+    """
+
+    def __init__(self, sink: Callable[[int, Any, Any], None] | None = None) -> None:
         self.calls: list[tuple[int, int]] = []
+        self.sink = sink
 
     def __call__(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
         cache_obj = kwargs.get("cache", kwargs.get("past_key_values"))
         start = int(cache_obj.get_seq_length()) if cache_obj is not None else 0
         self.calls.append((int(ids.shape[-1]), start))
+        if self.sink is not None:
+            self.sink(start, ids[0].tolist(), cache_obj if cache_obj is not None else self)
 
 
 class _CancelCriterion(transformers.StoppingCriteria):
@@ -330,7 +337,7 @@ class HFSession:
             eos_token_id=stops or None,
             pad_token_id=stops[0] if stops else 0,
         )
-        meter, streamer = _ForwardMeter(), _Emitted(on_token)
+        meter, streamer = _ForwardMeter(getattr(self.model, "record", None)), _Emitted(on_token)
         polls_before = cancel.polls
         hook = self.model.hf.register_forward_pre_hook(meter, with_kwargs=True)
         try:
