@@ -164,6 +164,32 @@ def test_sampler_frequencies_follow_the_softmax() -> None:
     assert np.allclose(counts, [0.5, 0.3, 0.2], atol=0.02), counts
 
 
+def test_sampler_top_p_keeps_the_token_that_crosses_it() -> None:
+    # Probabilities 0.5, 0.25, 0.125, 0.125 (ids 2, 0, 1, 3): top_p 0.6 keeps 2 and 0 (0.5 < 0.6 <= 0.75).
+    logits = np.log(np.array([0.25, 0.125, 0.5, 0.125]))
+    sampler = Sampler(top_p=0.6)
+    u = np.array([0.0, 0.3, 0.6666, 0.6668, 0.999999])
+    assert sampler.pick(logits, u).tolist() == [
+        2,
+        2,
+        2,
+        0,
+        0,
+    ]  # renormalised: 2 over [0, 2/3), 0 over [2/3, 1)
+    assert sampler.pick(logits, 0.7) == 0 and isinstance(sampler.pick(logits, 0.7), int)
+    assert Sampler(top_p=0.5).pick(logits, 0.99) == 2  # exactly 0.5 is reached by the first token alone
+    assert Sampler(top_p=1.0).pick(logits, 0.99) == 3  # no cut: the layout ends with the higher id of a tie
+    assert Sampler(top_p=0.8, top_k=1).pick(logits, 0.99) == 2  # top-k first
+
+
+def test_sampler_call_is_pick_of_one_uniform_from_its_rng() -> None:
+    logits = np.array([0.3, -1.0, 2.0, 0.5, 1.5])
+    sampler = Sampler(temperature=0.7, top_k=4, seed=5, top_p=0.9)
+    rng = np.random.default_rng(5)
+    assert [sampler(logits) for _ in range(50)] == [sampler.pick(logits, rng.random()) for _ in range(50)]
+    assert repr(sampler) == "Sampler(temperature=0.7, top_k=4, top_p=0.9, seed=5)"
+
+
 def test_greedy_breaks_ties_by_the_lower_id() -> None:
     assert greedy(np.array([1.0, 3.0, 3.0, 2.0])) == 1
 
@@ -175,6 +201,10 @@ def test_greedy_breaks_ties_by_the_lower_id() -> None:
         ({"temperature": float("nan")}, "temperature must be a finite number > 0"),
         ({"top_k": 0}, "top_k must be an int >= 1 or None"),
         ({"top_k": 2.5}, "top_k must be an int >= 1 or None"),
+        ({"top_p": 0.0}, r"top_p must be a number in \(0, 1\] or None"),
+        ({"top_p": 1.01}, r"top_p must be a number in \(0, 1\] or None"),
+        ({"top_p": True}, r"top_p must be a number in \(0, 1\] or None"),
+        ({"top_p": "0.5"}, r"top_p must be a number in \(0, 1\] or None"),
     ],
 )
 def test_sampler_refuses_bad_settings(kwargs: dict[str, Any], message: str) -> None:
