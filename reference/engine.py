@@ -15,7 +15,7 @@ from typing import Any
 class ReferenceEngine:
     name = "reference"
     # The capabilities contracts can `require` (contract-v1.schema.json, `requires`).
-    capabilities = frozenset({"quant", "model", "generate", "prefill", "lanes", "sample"})
+    capabilities = frozenset({"quant", "model", "generate", "prefill", "lanes", "sample", "trace"})
 
     def supports(self, capability: str) -> str | None:
         """None when the capability is supported, else the reason it is not."""
@@ -33,6 +33,17 @@ class ReferenceEngine:
 
     def load_model(self, weights: str = "f32") -> Any:
         return _load_tiny(weights)
+
+    def load_checkpoint(self, path: str | Path, weights: str = "f32") -> Any:
+        """A model from an HF Qwen3.5 checkpoint directory (config.json + *.safetensors)."""
+        from reference.model import load_model
+
+        return load_model(path, weights=weights)
+
+    def trace(self, model: Any, tokens: Any, state: Any) -> dict[str, Any]:
+        """One forward that also reports its insides: logits [T, vocab], every decoder layer's output
+        [n_layers, T, hidden], and after the call each GDN layer's conv [conv_dim, K] and recurrent state."""
+        return model.trace(tokens, state)
 
     def gdn_kernels(self) -> Any:
         """The Gated DeltaNet twins: `.naive_recurrent_gated_delta_rule` and `.chunk_gated_delta_rule`."""

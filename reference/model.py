@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from reference.attention import gated_attention, rms_norm
+from reference.blas import one_blas_thread
 from reference.config import Config
 from reference.gdn import gated_delta_net, silu
 from reference.state import PagePool, StreamState
@@ -85,6 +86,32 @@ class Model:
             logits[s : s + c.chunk_size] = self._chunk(ids[s : s + c.chunk_size], state)
         return logits
 
+    def trace(self, tokens: Any, state: StreamState) -> dict[str, np.ndarray]:
+        """forward(tokens, state) that also returns its insides, for comparison with another implementation:
+
+        logits f32[T, vocab]; hidden f32[n_layers, T, hidden], each decoder layer's output (the residual stream
+        after it, before the final norm); conv f32[n_gdn, conv_dim, K] and recurrent f32[n_gdn, Hv, dk, dv],
+        each GDN layer's state after the call.
+        """
+        ids = self._check_tokens(tokens)
+        self._check_state(state, len(ids))
+        c = self.config
+        logits = np.empty((len(ids), c.vocab_size), np.float32)
+        hidden = np.empty((c.num_hidden_layers, len(ids), c.hidden_size), np.float32)
+        if len(ids):
+            state.reserve(state.pos + len(ids))
+        for s in range(0, len(ids), c.chunk_size):
+            layers: list[np.ndarray] = []
+            logits[s : s + c.chunk_size] = self._chunk(ids[s : s + c.chunk_size], state, hidden=layers)
+            hidden[:, s : s + c.chunk_size] = np.stack(layers)
+        n, shape_c = len(c.gdn_layers), (c.conv_dim, c.linear_conv_kernel_dim)
+        return {
+            "logits": logits,
+            "hidden": hidden,
+            "conv": np.stack(state.conv) if n else np.zeros((0, *shape_c), np.float32),
+            "recurrent": np.stack(state.recurrent) if n else np.zeros((0, 0, 0, 0), np.float32),
+        }
+
     def gdn_decays(self, tokens: Any) -> np.ndarray:
         """Per-token decay exp(g) of every GDN layer over a fresh run of `tokens`: f32[n_gdn_layers, T, Hv]."""
         ids = self._check_tokens(tokens)
@@ -102,9 +129,26 @@ class Model:
         return dense_state_dict(self.weights, self.config)
 
     def _chunk(
-        self, ids: np.ndarray, state: StreamState, probe: list[np.ndarray] | None = None
+        self,
+        ids: np.ndarray,
+        state: StreamState,
+        probe: list[np.ndarray] | None = None,
+        hidden: list[np.ndarray] | None = None,
     ) -> np.ndarray:
-        """The whole layer stack over one chunk: ids [T] -> logits [T, vocab]; advances state.pos by T."""
+        """The whole layer stack over one chunk: ids [T] -> logits [T, vocab]; advances state.pos by T.
+
+        `hidden`, when given, receives each layer's output [T, hidden] (a probe for oracles). BLAS runs on one
+        thread throughout (reference/blas.py): the bytes must not depend on the thread count."""
+        with one_blas_thread():
+            return self._layers(ids, state, probe, hidden)
+
+    def _layers(
+        self,
+        ids: np.ndarray,
+        state: StreamState,
+        probe: list[np.ndarray] | None,
+        hidden: list[np.ndarray] | None,
+    ) -> np.ndarray:
         c, w = self.config, self.weights
         x = w.embed_tokens[ids]  # [T, hidden]
         gdn_slot = attn_slot = 0
@@ -120,6 +164,8 @@ class Model:
                 attn_slot += 1
             x = x + h
             x = x + mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm, c.rms_norm_eps))
+            if hidden is not None:
+                hidden.append(x)
         state.pos += len(ids)
         return w.lm_head(rms_norm(x, w.norm, c.rms_norm_eps))
 

@@ -15,6 +15,9 @@ and the plugin reports each prediction needing a missing capability NOT APPLICAB
     lanes       lane_host(model, ...)                       submit / round / cancel / leave over a shared pool
     sample      sampler(temperature, top_k, top_p, seed),   map uniforms through pick(); draw seeded tokens;
                 greedy()                                    greedy's pick on (near-)tied logits
+    trace       load_checkpoint(path), trace(model,         compare logits, every layer's output and the GDN
+                tokens, state) -> {logits, hidden, conv,    states with committed HF golden data
+                recurrent}
 
 Two rules make the observations the engine's own rather than a story the adapter tells:
   - `prefill` must advance the state only through `model.forward(tokens, state)` of the model object it is
@@ -42,6 +45,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "prefill": ("load_model", "prefill", "cancel_token"),
     "lanes": ("load_model", "lane_host", "session"),
     "sample": ("sampler", "greedy"),
+    "trace": ("load_checkpoint", "trace"),
 }
 
 

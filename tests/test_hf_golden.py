@@ -1,0 +1,168 @@
+"""Falsifiers of contracts/hf-golden-v1.yaml: the engine against HF transformers' committed outputs, no torch.
+
+The golden data (tests/data/hf_golden/, made by make_hf_golden.py in `tox -e golden`) holds, per checkpoint and run,
+the prompt, HF's logits at every position, every decoder layer's output and each GDN layer's conv and recurrent
+state after the run. The checkpoints are rebuilt here (the tiny model from the engine, the variant by
+tests/data/hf_golden/checkpoint.py) and must have the recorded digests, so the comparison is on the same weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import falsify
+
+DATA = Path(__file__).parent / "data" / "hf_golden"
+PROVENANCE = json.loads((DATA / "provenance.json").read_text())
+RUNS = [(m, r["name"]) for m, entry in PROVENANCE["models"].items() for r in entry["runs"]]
+HF_CHUNK = 64  # the chunk of HF's torch_chunk_gated_delta_rule, in the recurrence's error term
+
+
+def _checkpoint_module() -> Any:
+    spec = importlib.util.spec_from_file_location("hf_golden_checkpoint", DATA / "checkpoint.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def checkpoints(engine, tmp_path_factory) -> dict[str, Path]:
+    paths = {
+        "tiny-0": Path(engine.tiny_model_path()),
+        "variant-7": _checkpoint_module().write_checkpoint(tmp_path_factory.mktemp("variant-7")),
+    }
+    for name, path in paths.items():
+        recorded = PROVENANCE["models"][name]
+        for file, key in (("config.json", "config_sha256"), ("model.safetensors", "weights_sha256")):
+            assert sha256(path / file) == recorded[key], (
+                f"{name}: {path / file} is not the checkpoint the golden data was made on ({key} differs); "
+                "if the generator changed on purpose, run `tox -e golden -- --write`"
+            )
+    return paths
+
+
+@pytest.fixture(scope="module")
+def traces(engine, checkpoints: dict[str, Path]) -> dict[tuple[str, str], tuple[dict, dict, dict]]:
+    """(model, run) -> (config, golden arrays, engine arrays), the engine run call by call as HF was."""
+    out = {}
+    for name, path in checkpoints.items():
+        entry = PROVENANCE["models"][name]
+        with np.load(DATA / entry["file"], allow_pickle=False) as npz:
+            golden_all = {k: npz[k] for k in npz.files}
+        config = json.loads((path / "config.json").read_text())
+        model = engine.load_checkpoint(path, weights="f32")
+        for run in entry["runs"]:
+            golden = {k.split("/")[0]: v for k, v in golden_all.items() if k.endswith("/" + run["name"])}
+            tokens = golden["tokens"]
+            state = model.new_state()
+            calls = [
+                engine.trace(model, tokens[a:b], state)
+                for a, b in itertools.pairwise([0, *run["cuts"], len(tokens)])
+            ]
+            ours = {
+                "logits": np.concatenate([c["logits"] for c in calls]),
+                "hidden": np.concatenate([c["hidden"] for c in calls], axis=1),
+                "conv": calls[-1]["conv"],
+                "recurrent": calls[-1]["recurrent"],
+            }
+            out[(name, run["name"])] = (config, golden, ours)
+    return out
+
+
+def n_red(config: dict[str, Any], tokens: int) -> int:
+    """N of the error model (contracts/hf-golden-v1.yaml): the longest float32 reduction in one layer."""
+    return max(
+        config["hidden_size"],
+        config["intermediate_size"],
+        config["linear_num_value_heads"] * config["linear_value_head_dim"],
+        config["num_attention_heads"] * config["head_dim"],
+        tokens,
+    )
+
+
+def max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    assert a.shape == b.shape, f"engine {a.shape} vs HF {b.shape}"
+    return float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max())
+
+
+def scale(x: np.ndarray) -> float:
+    return float(np.abs(x).max())
+
+
+@pytest.mark.falsifies("FALSIFY-HFGOLD-001")
+@pytest.mark.parametrize(("model", "run"), RUNS)
+def test_logits_match_hf_golden(traces, model: str, run: str) -> None:
+    config, golden, ours = traces[(model, run)]
+    falsify.check(
+        "FALSIFY-HFGOLD-001",
+        logit_diff=max_abs(ours["logits"], golden["logits"]),
+        logit_scale=scale(golden["logits"]),
+        n_red=n_red(config, len(golden["tokens"])),
+        n_layers=config["num_hidden_layers"],
+        model=model,
+        run=run,
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-HFGOLD-002")
+@pytest.mark.parametrize(("model", "run"), RUNS)
+def test_each_layer_matches_hf_golden(traces, model: str, run: str) -> None:
+    """In layer order: the first violation is the first layer that diverges (the later ones inherit it)."""
+    config, golden, ours = traces[(model, run)]
+    assert len(golden["hidden"]) == config["num_hidden_layers"] > 0
+    for layer, (h_ours, h_hf) in enumerate(zip(ours["hidden"], golden["hidden"], strict=True)):
+        falsify.check(
+            "FALSIFY-HFGOLD-002",
+            hidden_diff=max_abs(h_ours, h_hf),
+            hidden_scale=scale(h_hf),
+            n_red=n_red(config, len(golden["tokens"])),
+            layer=layer,
+            layer_type=config["layer_types"][layer],
+            model=model,
+            run=run,
+        )
+
+
+@pytest.mark.falsifies("FALSIFY-HFGOLD-003")
+@pytest.mark.parametrize(("model", "run"), RUNS)
+def test_gdn_states_match_hf_golden(traces, model: str, run: str) -> None:
+    config, golden, ours = traces[(model, run)]
+    gdn = [i for i, t in enumerate(config["layer_types"]) if t == "linear_attention"]
+    assert gdn and len(golden["conv"]) == len(golden["recurrent"]) == len(gdn)
+    T = len(golden["tokens"])
+    for slot, layer in enumerate(gdn):
+        falsify.check(
+            "FALSIFY-HFGOLD-003",
+            conv_diff=max_abs(ours["conv"][slot], golden["conv"][slot]),
+            conv_scale=scale(golden["conv"][slot]),
+            recurrent_diff=max_abs(ours["recurrent"][slot], golden["recurrent"][slot]),
+            recurrent_scale=scale(golden["recurrent"][slot]),
+            n_red=n_red(config, T),
+            recurrence_terms=(config["linear_key_head_dim"] + HF_CHUNK) * T,
+            layer=layer,
+            model=model,
+            run=run,
+        )
+
+
+def test_golden_files_are_the_recorded_ones() -> None:
+    """The committed npz files are the ones provenance.json describes (its sha256 is taken right after writing)."""
+    for name, entry in PROVENANCE["models"].items():
+        assert sha256(DATA / entry["file"]) == entry["npz_sha256"], (
+            f"{entry['file']} changed since {name} was made"
+        )
+    total = sum((DATA / e["file"]).stat().st_size for e in PROVENANCE["models"].values())
+    assert total < 2 * 2**20, f"golden data is {total} bytes; keep it under 2 MiB"
