@@ -24,6 +24,9 @@ Two rules make the observations the engine's own rather than a story the adapter
     given, so a test that wraps the model (a recorder) sees every cut;
   - a `Run`'s counters are measured where the work happens (a hook on the forward, a poll counter on the token),
     never derived from the number of tokens.
+  - `lane_host(model, ...)` likewise forwards only through the model it is given, and polls each stream's cancel
+    token (the one passed to `submit`) with `is_cancelled()`: the lane falsifiers give it the harness's proxy
+    and tokens and count the forwards and polls themselves.
 
 The classes here are `typing.Protocol`s for documentation and static checks; `missing(engine, capability)` lists
 the attributes an engine lacks for a capability (tests/test_engines.py runs it on every registered engine).
