@@ -23,6 +23,8 @@ COMMANDS = {
     "mutmut": "falsify.mutation.mutmut",
     "evidence": "falsify.evidence.cli",
     "verify": "falsify.evidence.cli",
+    "keygen": "falsify.evidence.cli",
+    "sign": "falsify.evidence.cli",
 }
 
 HELP = {
@@ -33,6 +35,8 @@ HELP = {
     "mutmut": "run mutmut over reference/ in a scratch copy; fail above the survivor budget",
     "evidence": "write a release evidence bundle (in-toto statements, reports)",
     "verify": "recompute an evidence bundle's digests against this tree",
+    "keygen": "write a new Ed25519 key pair for signing evidence (PATH and PATH.pub)",
+    "sign": "sign an evidence bundle's statements (DSSE envelopes, Ed25519)",
 }
 
 

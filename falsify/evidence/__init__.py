@@ -14,8 +14,10 @@ A bundle (`falsify evidence --out DIR`):
     results.json            the falsify pytest plugin's per-test results, normalised the same way
     mutation-report.json    the Stryker mutation-testing-report of the mutant run, when one was run
     REPORT.md, report.html  the verdict, one row per prediction, the mutants, the environment
+    evidence.dsse.jsonl     with --sign: one DSSE envelope (Ed25519) per statement line (falsify/evidence/sign.py)
 """
 
+SIGNATURES = "evidence.dsse.jsonl"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 CONTRACT_EVIDENCE_TYPE = "https://falsify.dev/attestation/contract-evidence/v1"

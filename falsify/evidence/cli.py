@@ -1,7 +1,8 @@
-"""`falsify evidence --out DIR` and `falsify verify DIR`.
+"""`falsify evidence --out DIR`, `falsify verify DIR`, `falsify keygen PATH` and `falsify sign DIR --key KEY`.
 
 Exit codes: evidence 0 GO, 1 NO-GO (the bundle is written either way); verify 0 when every digest matches and the
-bundle rebuilds byte for byte (with --require-go: and the re-derived verdict is GO), 1 otherwise; 2 bad usage.
+bundle rebuilds byte for byte (with --require-go: and the re-derived verdict is GO; with --key: and every statement
+carries a valid signature by that key), 1 otherwise; keygen and sign 0 done; every command 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import time
 from pathlib import Path
 
 from falsify.contracts.corpus import load_corpus
-from falsify.evidence import MUTATION_REPORT, REPORT_HTML, REPORT_MD, STATEMENTS
+from falsify.evidence import MUTATION_REPORT, REPORT_HTML, REPORT_MD, SIGNATURES, STATEMENTS
 from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
 from falsify.evidence.digests import scrub
 from falsify.evidence.mutation import load_report
+from falsify.evidence.sign import check_envelopes, keygen, load_private_key, load_public_key, sign_bundle
 from falsify.evidence.statements import RunResults, build, environment, normalise_junit, normalise_results
 from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, source_files, tree_digests
 from falsify.evidence.verify import verify
@@ -25,7 +27,10 @@ from falsify.project import find_project
 HELP = {
     "evidence": "write a release evidence bundle (in-toto statements, reports)",
     "verify": "recompute an evidence bundle's digests against this tree",
+    "keygen": "write a new Ed25519 key pair for signing evidence (PATH and PATH.pub)",
+    "sign": "sign an evidence bundle's statements (DSSE envelopes, Ed25519)",
 }
+EXITS = "exit codes: 0 success, 1 check failed (verify) or NO-GO (evidence), 2 bad usage or input"
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str | None = None) -> None:
@@ -33,15 +38,31 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     commands listed before it in COMMANDS (evidence before verify); without `name`, the first of the two not yet
     registered is the one being run."""
     if name is None:
-        name = "evidence" if "evidence" not in sub.choices else "verify"
+        name = next(n for n in HELP if n not in sub.choices)
     if name == "verify":
-        v = sub.add_parser("verify", help=HELP["verify"], description=HELP["verify"])
+        v = sub.add_parser("verify", help=HELP["verify"], description=HELP["verify"], epilog=EXITS)
         v.add_argument("bundle", type=Path, help="the evidence directory")
         v.add_argument(
             "--require-go", action="store_true", help="also fail unless the re-derived verdict is GO"
         )
+        v.add_argument(
+            "--key",
+            type=Path,
+            help="Ed25519 public key (PEM): also fail unless every statement is signed by it (evidence.dsse.jsonl)",
+        )
         return
-    p = sub.add_parser("evidence", help=HELP["evidence"], description=HELP["evidence"])
+    if name == "keygen":
+        k = sub.add_parser("keygen", help=HELP["keygen"], description=HELP["keygen"], epilog=EXITS)
+        k.add_argument(
+            "path", type=Path, help="the private key's file (written mode 0600; never overwritten)"
+        )
+        return
+    if name == "sign":
+        g = sub.add_parser("sign", help=HELP["sign"], description=HELP["sign"], epilog=EXITS)
+        g.add_argument("bundle", type=Path, help="the evidence directory")
+        g.add_argument("--key", type=Path, required=True, help="Ed25519 private key (PEM, PKCS#8)")
+        return
+    p = sub.add_parser("evidence", help=HELP["evidence"], description=HELP["evidence"], epilog=EXITS)
     p.add_argument(
         "--out",
         type=Path,
@@ -68,11 +89,32 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
         help="glob of engine source files, relative to the project root "
         f"(repeatable; default: {' '.join(DEFAULT_SOURCES)})",
     )
+    p.add_argument(
+        "--sign",
+        type=Path,
+        metavar="KEY",
+        help="Ed25519 private key (PEM): wrap each statement in a signed DSSE envelope (evidence.dsse.jsonl)",
+    )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest by the gate")
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_evidence(args) if args.command == "evidence" else run_verify(args)
+    runners = {"evidence": run_evidence, "verify": run_verify, "keygen": run_keygen, "sign": run_sign}
+    return runners[args.command](args)
+
+
+def run_keygen(args: argparse.Namespace) -> int:
+    private, public = keygen(args.path)
+    print(f"keygen: private key {private} (keep it secret), public key {public} (give it to verifiers)")
+    return 0
+
+
+def run_sign(args: argparse.Namespace) -> int:
+    if not args.bundle.is_dir():
+        raise EvidenceError(f"{args.bundle}: no such directory")
+    target = sign_bundle(args.bundle, load_private_key(args.key))
+    print(f"sign: {target} written, one envelope per statement")
+    return 0
 
 
 def generated_at() -> str:
@@ -97,6 +139,9 @@ def run_evidence(args: argparse.Namespace) -> int:
         for p in (args.out, args.from_dir, args.mutants_report)
     )
     assert out is not None
+    signing_key = (
+        load_private_key(args.sign if args.sign.is_absolute() else here / args.sign) if args.sign else None
+    )
     os.chdir(root)  # contract file names and the mutant file check are relative to the project root
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     sources = tuple(args.sources) if args.sources else DEFAULT_SOURCES
@@ -147,6 +192,10 @@ def run_evidence(args: argparse.Namespace) -> int:
             (out / stale).unlink()
     for name, data in files.items():
         (out / name).write_bytes(data)
+    if signing_key is not None:
+        print(f"evidence: signed: {sign_bundle(out, signing_key)}")
+    elif (out / SIGNATURES).exists():
+        (out / SIGNATURES).unlink()  # an old signature would not cover the new statements
     verdict = json.loads(files[STATEMENTS].splitlines()[1])["predicate"]["verdict"]
     print(f"evidence: {gate_note}; bundle in {out}: {', '.join(sorted(files))}")
     if not report:
@@ -166,7 +215,18 @@ def run_verify(args: argparse.Namespace) -> int:
     os.chdir(project.root)
     if not bundle.is_dir():
         raise EvidenceError(f"{args.bundle}: no such directory")
+    public_key = None
+    if args.key:
+        public_key = load_public_key(args.key if args.key.is_absolute() else Path.cwd() / args.key)
     result = verify(bundle, project.root)
+    if public_key is not None:
+        statements = bundle / STATEMENTS
+        signatures = bundle / SIGNATURES
+        result.problems += check_envelopes(
+            statements.read_bytes() if statements.is_file() else b"",
+            signatures.read_bytes() if signatures.is_file() and not signatures.is_symlink() else None,
+            public_key,
+        )
     verdict = result.verdict
     if result.problems:
         print(f"verify: FAIL — {len(result.problems)} problem(s) in {args.bundle} against {project.root}:")
@@ -175,8 +235,10 @@ def run_verify(args: argparse.Namespace) -> int:
     else:
         print(
             f"verify: OK — {result.checked} digests match and the bundle rebuilds byte for byte from its results "
-            "and this tree"
+            "and this tree" + (", and every statement's signature verifies" if public_key is not None else "")
         )
+        if public_key is None and (bundle / SIGNATURES).exists():
+            print(f"verify: {SIGNATURES} present but not checked (pass --key PUBLIC_KEY to check it)")
     if verdict:
         print(f"verify: verdict re-derived from the bundle's results: {verdict['summary']}")
     if result.problems:

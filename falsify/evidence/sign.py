@@ -1,0 +1,202 @@
+"""DSSE envelopes (secure-systems-lab/dsse, envelope.md and protocol.md) over a bundle's in-toto statements,
+signed with Ed25519 through the `cryptography` package (no hand-rolled crypto).
+
+    evidence.dsse.jsonl   one envelope per line of evidence.intoto.jsonl, same order:
+                          {"payload": base64(statement line), "payloadType": "application/vnd.in-toto+json",
+                           "signatures": [{"keyid": sha256 of the public key's raw 32 bytes, "sig": base64}]}
+
+The signature is over PAE(payloadType, payload) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body, LEN the
+ASCII decimal byte length. Verification re-derives PAE from the envelope's own payloadType and payload and checks
+the signature BEFORE it looks at the payload; only then is the payload compared with the statement line it covers.
+Ed25519 signatures are deterministic, so signing the same bundle twice gives the same bytes.
+
+Keys are PEM files: the private key PKCS#8 (unencrypted; keep it in the CI secret store), the public key
+SubjectPublicKeyInfo. `falsify keygen PATH` writes PATH (mode 0600) and PATH.pub.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from falsify.evidence import SIGNATURES, STATEMENTS
+from falsify.evidence.tree import EvidenceError
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_NAMES = ("test-result", "contract-evidence", "release-report")
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE's pre-authentication encoding."""
+    kind = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:  # pragma: no cover - cryptography is a core dependency
+        raise EvidenceError("signing needs the `cryptography` package (pip install cryptography)") from None
+    return serialization, ed25519
+
+
+def keyid(public_key: Any) -> str:
+    serialization, _ = _crypto()
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def load_private_key(path: Path) -> Any:
+    serialization, ed25519 = _crypto()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise EvidenceError(f"{path}: cannot read the signing key ({exc.strerror})") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise EvidenceError(f"{path}: not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise EvidenceError(f"{path}: the signing key must be Ed25519, got {type(key).__name__}")
+    return key
+
+
+def load_public_key(path: Path) -> Any:
+    serialization, ed25519 = _crypto()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise EvidenceError(f"{path}: cannot read the public key ({exc.strerror})") from None
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        raise EvidenceError(f"{path}: not a PEM public key ({exc})") from None
+    if not isinstance(key, ed25519.Ed25519PublicKey):
+        raise EvidenceError(f"{path}: the public key must be Ed25519, got {type(key).__name__}")
+    return key
+
+
+def keygen(path: Path) -> tuple[Path, Path]:
+    """Write a new Ed25519 key pair: `path` (private, PKCS#8 PEM, mode 0600) and `path`.pub (public)."""
+    serialization, ed25519 = _crypto()
+    public_path = path.with_name(path.name + ".pub")
+    for p in (path, public_path):
+        if p.exists():
+            raise EvidenceError(f"{p}: already exists; keygen never overwrites a key")
+    key = ed25519.Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private_pem)
+    public_path.write_bytes(public_pem)
+    return path, public_path
+
+
+def statement_lines(statements: bytes) -> list[bytes]:
+    return [line for line in statements.split(b"\n") if line]
+
+
+def envelopes(statements: bytes, private_key: Any) -> bytes:
+    """The signatures file for a statements file: one DSSE envelope per statement line."""
+    kid = keyid(private_key.public_key())
+    out = []
+    for line in statement_lines(statements):
+        sig = private_key.sign(pae(PAYLOAD_TYPE, line))
+        envelope = {
+            "payload": base64.b64encode(line).decode("ascii"),
+            "payloadType": PAYLOAD_TYPE,
+            "signatures": [{"keyid": kid, "sig": base64.b64encode(sig).decode("ascii")}],
+        }
+        out.append(json.dumps(envelope, sort_keys=True, separators=(",", ":")))
+    return ("\n".join(out) + "\n").encode("ascii")
+
+
+def sign_bundle(bundle: Path, private_key: Any) -> Path:
+    """Write the bundle's signatures file from its statements file."""
+    statements = bundle / STATEMENTS
+    if not statements.is_file() or statements.is_symlink():
+        raise EvidenceError(f"{statements}: no statements file to sign")
+    target = bundle / SIGNATURES
+    target.write_bytes(envelopes(statements.read_bytes(), private_key))
+    return target
+
+
+def _name(i: int) -> str:
+    return f"statement {i + 1} ({STATEMENT_NAMES[i] if i < len(STATEMENT_NAMES) else 'extra'})"
+
+
+def check_envelopes(statements: bytes, signatures: bytes | None, public_key: Any) -> list[str]:
+    """Problems with the signatures of a statements file, each naming the statement; [] when every statement
+    carries a valid signature by `public_key` over exactly its own bytes."""
+    from cryptography.exceptions import InvalidSignature
+
+    if signatures is None:
+        return [
+            f"{SIGNATURES}: missing — the bundle is unsigned (sign it with `falsify evidence --sign KEY`)"
+        ]
+    kid = keyid(public_key)
+    lines = statement_lines(statements)
+    raw = [line for line in signatures.split(b"\n") if line]
+    problems = []
+    if len(raw) != len(lines):
+        problems.append(f"{SIGNATURES}: {len(raw)} envelope(s) for {len(lines)} statement(s)")
+    for i, line in enumerate(lines):
+        if i >= len(raw):
+            problems.append(f"{_name(i)}: no envelope")
+            continue
+        try:
+            envelope = json.loads(raw[i])
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            problems.append(f"{_name(i)}: envelope is not JSON ({exc.msg if hasattr(exc, 'msg') else exc})")
+            continue
+        if not isinstance(envelope, dict):
+            problems.append(f"{_name(i)}: envelope is not a JSON object")
+            continue
+        payload_type, payload_b64 = envelope.get("payloadType"), envelope.get("payload")
+        sigs = envelope.get("signatures")
+        if not isinstance(payload_type, str) or not isinstance(payload_b64, str):
+            problems.append(f"{_name(i)}: envelope lacks a string payloadType and payload")
+            continue
+        try:
+            payload = base64.b64decode(payload_b64, validate=True)
+        except (binascii.Error, ValueError):
+            problems.append(f"{_name(i)}: payload is not base64")
+            continue
+        if not isinstance(sigs, list) or not sigs:
+            problems.append(f"{_name(i)}: no signature")
+            continue
+        ours = [s for s in sigs if isinstance(s, dict) and s.get("keyid") == kid]
+        if not ours:
+            problems.append(
+                f"{_name(i)}: no signature by key {kid[:16]}… (signed by another key, or not at all)"
+            )
+            continue
+        verified = False
+        for s in ours:
+            try:
+                sig = base64.b64decode(str(s.get("sig", "")), validate=True)
+                public_key.verify(sig, pae(payload_type, payload))
+                verified = True
+                break
+            except (binascii.Error, ValueError, InvalidSignature):
+                continue
+        if not verified:
+            problems.append(f"{_name(i)}: signature does not verify with key {kid[:16]}…")
+            continue
+        # Only a verified envelope's content is read.
+        if payload_type != PAYLOAD_TYPE:
+            problems.append(f"{_name(i)}: payloadType {payload_type!r}, expected {PAYLOAD_TYPE!r}")
+        if payload != line:
+            problems.append(f"{_name(i)}: the signed payload is not the statement in {STATEMENTS}")
+    return problems
