@@ -23,6 +23,7 @@ COMMANDS = {
     "mutmut": "falsify.mutation.mutmut",
     "evidence": "falsify.evidence.cli",
     "verify": "falsify.evidence.cli",
+    "diff": "falsify.evidence.diff",
     "keygen": "falsify.evidence.cli",
     "sign": "falsify.evidence.cli",
 }
@@ -35,6 +36,7 @@ HELP = {
     "mutmut": "run mutmut over reference/ in a scratch copy; fail above the survivor budget",
     "evidence": "write a release evidence bundle (in-toto statements, reports)",
     "verify": "recompute an evidence bundle's digests against this tree",
+    "diff": "compare two evidence bundles (OLD NEW); exit 1 on a regression",
     "keygen": "write a new Ed25519 key pair for signing evidence (PATH and PATH.pub)",
     "sign": "sign an evidence bundle's statements (DSSE envelopes, Ed25519)",
 }
@@ -165,6 +167,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["evidence", "diff"]:  # `falsify evidence diff OLD NEW` is `falsify diff OLD NEW`
+        argv = ["diff", *argv[2:]]
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(command if command in COMMANDS and command not in LOCAL else None)
