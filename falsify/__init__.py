@@ -7,9 +7,10 @@ enforces it):
     contracts/               YAML loading, schema check, formula language, corpus, lint
     engines/                 the engine protocol, loading an engine by name, adapters for engines no one here wrote
     harness/                 falsify.check, the pytest plugin, per-prediction results, the gate
+    packs/                   built-in contract packs (data): contracts with their engine-neutral falsifiers
     mutation/                semantic mutants (planted bugs from mutants/*.yaml), mutmut, the Stryker report
     evidence/                the release evidence bundle and its verification
-    cli                      the `falsify` command, over all of the above
+    cli, init                the `falsify` command over all of the above; `falsify init`'s starter files
 """
 
 __version__ = "0.1.0"

@@ -11,14 +11,18 @@ import inspect
 import sys
 from pathlib import Path
 
+from falsify import __version__
 from falsify.errors import FalsifyError
-from falsify.project import find_project
+from falsify.project import Project, find_project
 
 # name -> module; modules are imported only when their command runs, so one broken part cannot break the rest.
 COMMANDS = {
+    "init": "falsify.init",
     "lint": "falsify.cli",
     "bindings": "falsify.cli",
     "gate": "falsify.cli",
+    "engine": "falsify.cli",
+    "packs": "falsify.cli",
     "mutants": "falsify.mutation.semantic.cli",
     "mutmut": "falsify.mutation.mutmut",
     "evidence": "falsify.evidence.cli",
@@ -29,9 +33,12 @@ COMMANDS = {
 }
 
 HELP = {
+    "init": "write a working starter into this repo: [tool.falsify], a contract, a falsifier, a mutant, CI",
     "lint": "validate contracts and mutants; report every error with file:line",
     "bindings": "print prediction -> tests, from pytest's collection",
     "gate": "lint, run the falsifiers, print one row per prediction and a verdict",
+    "engine": "engine check: load the engine under test and print its capability conformance table",
+    "packs": "list the built-in contract packs",
     "mutants": "apply each semantic mutant in a scratch copy; every one must be killed",
     "mutmut": "run mutmut over reference/ in a scratch copy; fail above the survivor budget",
     "evidence": "write a release evidence bundle (in-toto statements, reports)",
@@ -42,10 +49,20 @@ HELP = {
 }
 
 
+def _parser(sub: argparse._SubParsersAction, name: str, exits: str) -> argparse.ArgumentParser:
+    return sub.add_parser(
+        name,
+        help=HELP[name],
+        description=HELP[name],
+        epilog=f"exit codes: {exits}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def add_lint(sub: argparse._SubParsersAction) -> None:
     from falsify.contracts.lint import FORMATS
 
-    p = sub.add_parser("lint", help=HELP["lint"], description=HELP["lint"])
+    p = _parser(sub, "lint", "0 clean; 1 errors found; 2 no contract found, or no [tool.falsify] project")
     p.add_argument(
         "paths",
         nargs="*",
@@ -53,27 +70,57 @@ def add_lint(sub: argparse._SubParsersAction) -> None:
         help="files or directories (default: the project's contracts and mutants)",
     )
     p.add_argument("--format", choices=FORMATS, default="text")
+    _pack_args(p)
 
 
 def run_lint(args: argparse.Namespace) -> int:
+    from falsify.contracts.corpus import contract_dirs
     from falsify.contracts.lint import lint, render
 
     paths = args.paths
     if not paths:
         project = find_project()
-        paths = [project.contracts] + ([project.mutants] if project.mutants.is_dir() else [])
+        paths = contract_dirs(project, tuple(args.pack)) + (
+            [project.mutants] if project.mutants.is_dir() else []
+        )
     corpus, code = lint(paths)
     print(render(corpus, paths, args.format))
     return code
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", default="reference", help="reference (default), hf, or module:factory")
+    p.add_argument(
+        "--engine",
+        help="engine under test: a registered name (reference, hf) or module:factory "
+        "(default: $FALSIFY_ENGINE, then engine in [tool.falsify]; no default beyond those)",
+    )
+
+
+def _pack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--pack",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also use the built-in contract pack NAME (repeatable; `falsify packs` lists them)",
+    )
+
+
+def engine_spec(args: argparse.Namespace, project: Project) -> str:
+    """--engine, FALSIFY_ENGINE, then [tool.falsify] engine; loaded and checked here, before any test runs."""
+    from falsify.engines.loading import check_engine, resolve_engine
+
+    spec = resolve_engine(args.engine, project.engine, f"[tool.falsify] in {project.pyproject}")
+    check_engine(spec, project.import_roots)
+    return spec
 
 
 def add_bindings(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bindings", help=HELP["bindings"], description=HELP["bindings"])
+    p = _parser(
+        sub, "bindings", "0 every prediction bound; 1 unbound predictions or binding problems; 2 no contract"
+    )
     _engine_args(p)
+    _pack_args(p)
 
 
 def run_bindings(args: argparse.Namespace) -> int:
@@ -84,7 +131,8 @@ def run_bindings(args: argparse.Namespace) -> int:
     from falsify.table import table
 
     project = find_project()
-    corpus, problems = lint_project(project)
+    packs = tuple(args.pack)
+    corpus, problems = lint_project(project, packs)
     if problems:
         print("\n".join(problems))
         print(f"bindings: lint found {len(problems)} error(s); fix them first")
@@ -92,9 +140,10 @@ def run_bindings(args: argparse.Namespace) -> int:
     if not corpus.contracts:
         print(f"bindings: no contract found in {project.contracts}")
         return 2
+    engine = args.engine or project.engine or "none"  # collection never makes the engine
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "collect.json"
-        run_pytest(project, path, [], engine=args.engine, collect_only=True, quiet=True)
+        run_pytest(project, path, [], engine=engine, collect_only=True, quiet=True, packs=packs)
         if not path.is_file():
             print("bindings: pytest could not collect the tests (run `pytest --collect-only` to see why)")
             return 1
@@ -117,8 +166,15 @@ def run_bindings(args: argparse.Namespace) -> int:
 
 
 def add_gate(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gate", help=HELP["gate"], description=HELP["gate"])
+    p = _parser(
+        sub,
+        "gate",
+        "0 every prediction passed (or is not applicable) and something ran; 1 a prediction failed, errored or "
+        "was not run, or lint/binding failed; 2 no contract, no project, or an engine that cannot be loaded "
+        "(reported before any test runs)",
+    )
     _engine_args(p)
+    _pack_args(p)
     p.add_argument(
         "--out",
         type=Path,
@@ -136,19 +192,108 @@ def run_gate(args: argparse.Namespace) -> int:
 
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     project = find_project()
+    engine = engine_spec(args, project)
     out = args.out if args.out.is_absolute() else project.root / args.out
-    code = gate(project, engine=args.engine, out=out, pytest_args=extra)
+    code = gate(project, engine=engine, out=out, pytest_args=extra, packs=tuple(args.pack))
     if args.junit and (out / "junit.xml").is_file():
         args.junit.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / "junit.xml", args.junit)
     return code
 
 
-LOCAL = {"lint": (add_lint, run_lint), "bindings": (add_bindings, run_bindings), "gate": (add_gate, run_gate)}
+def add_engine(sub: argparse._SubParsersAction) -> None:
+    p = _parser(
+        sub,
+        "engine",
+        "0 the engine loads and implements every capability it claims; 2 it cannot be loaded, or claims a "
+        "capability without its methods",
+    )
+    p.add_argument("action", choices=["check"], help="check: load the engine and print its conformance table")
+    _engine_args(p)
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    from falsify.engines.loading import EngineError, conformance, load_engine, resolve_engine
+    from falsify.engines.protocol import CAPABILITIES
+    from falsify.table import table
+
+    project = find_project()
+    spec = resolve_engine(args.engine, project.engine, f"[tool.falsify] in {project.pyproject}")
+    engine = load_engine(spec, project.import_roots)
+    rows = conformance(engine)
+    print(
+        table(
+            ["capability", "claimed", "methods needed", "missing", "reason if not claimed"],
+            [
+                [
+                    r.capability,
+                    "yes" if r.supported else "no",
+                    ", ".join(CAPABILITIES[r.capability]),
+                    ", ".join(r.lacking) or ("-" if r.supported else ""),
+                    r.reason,
+                ]
+                for r in rows
+            ],
+        )
+    )
+    claimed = [r for r in rows if r.supported]
+    broken = [r for r in claimed if r.lacking]
+    print(
+        f"engine check: {spec} (name {engine.name!r}): {len(claimed)} of {len(rows)} capabilities claimed, "
+        f"{len(broken)} claimed without their methods"
+    )
+    if broken:
+        raise EngineError(
+            f"engine {spec!r} claims {', '.join(r.capability for r in broken)} without the methods"
+        )
+    return 0
+
+
+def add_packs(sub: argparse._SubParsersAction) -> None:
+    _parser(sub, "packs", "0 listed; 2 no pack installed")
+
+
+def run_packs(args: argparse.Namespace) -> int:
+    from falsify.contracts.corpus import load_corpus
+    from falsify.contracts.packs import available, contracts_dir, describe
+    from falsify.table import table
+
+    names = available()
+    rows = []
+    for name in names:
+        corpus = load_corpus([contracts_dir(name)])
+        info = describe(name)
+        rows.append(
+            [
+                name,
+                info.get("title", ""),
+                ", ".join(c.id for c in corpus.contracts),
+                str(len(corpus.predictions)),
+                ", ".join(sorted({r for c in corpus.contracts for r in c.requires})),
+            ]
+        )
+    print(table(["pack", "what", "contracts", "predictions", "capabilities"], rows))
+    print(f"packs: {len(names)} installed")
+    return 0 if names else 2
+
+
+LOCAL = {
+    "lint": (add_lint, run_lint),
+    "bindings": (add_bindings, run_bindings),
+    "gate": (add_gate, run_gate),
+    "engine": (add_engine, run_engine),
+    "packs": (add_packs, run_packs),
+}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="falsify", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="falsify",
+        description=__doc__.splitlines()[0],
+        epilog="exit codes: 0 pass; 1 failures found; 2 nothing to check, bad usage or configuration; "
+        "130 interrupted. `falsify COMMAND --help` for each command's.",
+    )
+    parser.add_argument("--version", action="version", version=f"falsify {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
         if name in LOCAL:

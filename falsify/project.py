@@ -1,10 +1,36 @@
-"""Where the project's contracts, mutants, tests and schemas live ([tool.falsify] in pyproject.toml)."""
+"""The project under test: its `[tool.falsify]` table in pyproject.toml, and nothing else.
+
+There is no fallback: a directory with no `[tool.falsify]` at or above it is a `ProjectError` that says what to
+add (`falsify init` writes a working starter). Keys (docs/reference/config.md):
+
+    contracts = "contracts"        the project's own contracts (a directory)
+    packs = ["serving"]            built-in contract packs run alongside them (falsify/packs/<name>)
+    tests = "tests"                the project's falsifiers (pytest tests)
+    mutants = "mutants"            semantic mutant files
+    engine = "mypkg.engine:make"   the engine under test (--engine and FALSIFY_ENGINE come first)
+    sources = ["src/**/*.py"]      the engine's sources (evidence subjects; what mutants may edit)
+    weights = ["weights/*.gguf"]   weight files the evidence bundle records
+    copy_exclude = ["data"]        top-level names never copied into a mutant's scratch copy
+    [tool.falsify.mutmut]          falsify mutmut's settings
+"""
 
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import Any
+
+from falsify.errors import FalsifyError
+
+KEYS = ("contracts", "packs", "tests", "mutants", "engine", "sources", "weights", "copy_exclude")
+LIST_KEYS = frozenset({"packs", "sources", "weights", "copy_exclude"})
+STARTER = '[tool.falsify] with contracts = "contracts", tests = "tests", engine = "module:factory"'
+
+
+class ProjectError(FalsifyError):
+    """No `[tool.falsify]` table where one is needed, or one with a bad key; the message says what to add."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,45 +39,95 @@ class Project:
     contracts: Path
     mutants: Path
     tests: Path
+    packs: tuple[str, ...] = ()
+    engine: str | None = None
+    sources: tuple[str, ...] = ()
+    weights: tuple[str, ...] = ()
+    copy_exclude: tuple[str, ...] = ()
 
     @property
-    def schema_dir(self) -> Path:
-        return self.contracts / "schema"
+    def pyproject(self) -> Path:
+        return self.root / "pyproject.toml"
+
+    @property
+    def import_roots(self) -> tuple[Path, ...]:
+        """Where the project's own modules import from: the root (as `python -m pytest` sees it) and `src/`."""
+        src = self.root / "src"
+        return (self.root, src) if src.is_dir() else (self.root,)
 
 
 def find_project(start: Path | None = None) -> Project:
-    """The nearest directory upward from `start` (default: cwd) whose pyproject.toml has [tool.falsify];
-    failing that, the source checkout this package lives in; failing that, `start` with default names."""
+    """The project whose pyproject.toml is nearest upward from `start` (default: cwd).
+
+    The search stops at the first pyproject.toml (or a repository root): a parent checkout is never used in its
+    place. Raises ProjectError naming the file and what to add when there is no `[tool.falsify]`."""
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        project = _read(candidate)
-        if project is not None:
-            return project
-    source_root = Path(__file__).resolve().parent.parent
-    return _read(source_root) or Project(here, here / "contracts", here / "mutants", here / "tests")
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            table = _table(pyproject)
+            if table is None:
+                raise ProjectError(
+                    f"{pyproject} has no [tool.falsify] table: run `falsify init`, or add {STARTER}"
+                )
+            return _project(candidate, table)
+        if (candidate / ".git").exists():
+            break
+    raise ProjectError(
+        f"no pyproject.toml with [tool.falsify] at or above {here}: run `falsify init` there, or add "
+        f"{STARTER} to a pyproject.toml"
+    )
 
 
-def _read(root: Path) -> Project | None:
-    pyproject = root / "pyproject.toml"
-    if not pyproject.is_file():
-        return None
+def find_project_or_none(start: Path | None = None) -> Project | None:
+    """The project, or None where there is none (the pytest plugin stays passive there)."""
     try:
-        table = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("falsify")
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError):
+        return find_project(start)
+    except ProjectError:
         return None
-    if table is None:
-        return None
+
+
+def _table(pyproject: Path) -> dict[str, Any] | None:
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ProjectError(f"{pyproject}: not valid TOML: {exc}") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise ProjectError(f"{pyproject}: cannot be read: {exc}") from None
+    table = data.get("tool", {}).get("falsify")
+    if table is not None and not isinstance(table, dict):
+        raise ProjectError(f"{pyproject}: [tool.falsify] must be a table")
+    return table
+
+
+def _project(root: Path, table: dict[str, Any]) -> Project:
+    where = root / "pyproject.toml"
+    for key, value in table.items():
+        if isinstance(value, dict):  # a sub-table: [tool.falsify.mutmut] and the like, read by their command
+            continue
+        if key not in KEYS:
+            raise ProjectError(
+                f"{where}: [tool.falsify] has an unknown key {key!r} (allowed: {', '.join(KEYS)})"
+            )
+        if key in LIST_KEYS:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ProjectError(f"{where}: [tool.falsify] {key} must be a list of strings, got {value!r}")
+        elif not isinstance(value, str) or not value:
+            raise ProjectError(f"{where}: [tool.falsify] {key} must be a non-empty string, got {value!r}")
     return Project(
         root,
         root / table.get("contracts", "contracts"),
         root / table.get("mutants", "mutants"),
         root / table.get("tests", "tests"),
+        tuple(table.get("packs", ())),
+        table.get("engine"),
+        tuple(table.get("sources", ())),
+        tuple(table.get("weights", ())),
+        tuple(table.get("copy_exclude", ())),
     )
 
 
-def schema_path(name: str, start: Path | None = None) -> Path:
-    """The JSON Schema `name` (e.g. contract-v1): from the project's contracts/schema, else from this checkout."""
-    own = find_project(start).schema_dir / f"{name}.schema.json"
-    if own.is_file():
-        return own
-    return Path(__file__).resolve().parent.parent / "contracts" / "schema" / f"{name}.schema.json"
+def schema_path(name: str) -> Path:
+    """The JSON Schema `name` (e.g. contract-v1), shipped in the package (falsify/contracts/schema/)."""
+    path = resources.files("falsify.contracts") / "schema" / f"{name}.schema.json"
+    return Path(str(path))

@@ -110,8 +110,7 @@ def make_project(root: Path, forwards: int = 7, body: str = FALSIFIERS) -> Path:
     (root / "contracts").mkdir(parents=True)
     (root / "tests").mkdir()
     (root / "pyproject.toml").write_text(
-        '[tool.falsify]\ncontracts = "contracts"\ntests = "tests"\n'
-        '[tool.pytest.ini_options]\nfalsify_contracts = "contracts"\n'
+        '[tool.falsify]\ncontracts = "contracts"\ntests = "tests"\nengine = "reference"\n'
     )
     (root / "contracts" / "demo-serve-v1.yaml").write_text(CONTRACT.replace("requires: [generate]\n", ""))
     (root / "tests" / "test_demo.py").write_text(body.replace("FORWARDS", str(forwards)))
@@ -176,8 +175,75 @@ def test_bindings_lists_prediction_to_tests(tmp_path: Path) -> None:
     assert "bindings: 1 contracts, 2 predictions, 2 falsifier tests, 0 unbound, 0 problems" in result.stdout
 
 
-def test_unknown_engine_is_a_clear_error(tmp_path: Path) -> None:
+def test_unknown_engine_exits_2_with_one_line_before_any_test(tmp_path: Path) -> None:
     root = make_project(tmp_path / "p")
     result = falsify("gate", "--engine", "nosuch", cwd=root)
-    assert result.returncode != 0
-    assert "unknown engine 'nosuch'" in result.stdout + result.stderr
+    assert result.returncode == 2
+    assert result.stdout == ""  # nothing ran: no "gate: running", no pytest output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("falsify: unknown engine 'nosuch': use one of reference, hf, module:factory")
+    assert not (root / ".falsify").exists()
+
+
+@pytest.mark.parametrize("command", ["gate", "mutants", "evidence", "engine"])
+def test_every_command_resolves_the_engine_the_same_way(tmp_path: Path, command: str) -> None:
+    """--engine, then FALSIFY_ENGINE, then [tool.falsify] engine; none of them: exit 2 naming all three."""
+    root = make_project(tmp_path / "p")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('engine = "reference"\n', ""))
+    (root / "mutants").mkdir()
+    args = {
+        "gate": ["gate"],
+        "mutants": ["mutants"],
+        "evidence": ["evidence", "--out", "ev"],
+        "engine": ["engine", "check"],
+    }
+    result = falsify(*args[command], cwd=root)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no engine under test: pass --engine module:factory, set FALSIFY_ENGINE" in result.stderr
+    assert_no_traceback(result)
+    env_result = subprocess.run(
+        [sys.executable, "-m", "falsify.cli", *args[command]],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**ENV, "FALSIFY_ENGINE": "nosuch.module:Engine"},
+        timeout=300,
+        check=False,
+    )
+    assert env_result.returncode == 2
+    assert "engine 'nosuch.module:Engine': cannot import nosuch" in env_result.stderr
+
+
+def test_no_project_is_a_clear_error_never_another_checkout(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()  # a repository root: the search for pyproject.toml stops here
+    for command in (["lint"], ["gate"], ["mutants"], ["bindings"]):
+        result = falsify(*command, cwd=tmp_path)
+        assert result.returncode == 2, (command, result.stdout)
+        assert f"no pyproject.toml with [tool.falsify] at or above {tmp_path.resolve()}" in result.stderr
+        assert "falsify init" in result.stderr
+        assert_no_traceback(result)
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    result = falsify("gate", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "pyproject.toml has no [tool.falsify] table" in result.stderr
+
+
+def test_a_misspelt_config_key_is_an_error(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("contracts =", "contract ="))
+    result = falsify("lint", cwd=root)
+    assert result.returncode == 2
+    assert "[tool.falsify] has an unknown key 'contract' (allowed: contracts, packs, tests" in result.stderr
+
+
+def test_version_and_exit_codes_in_every_help() -> None:
+    from falsify import __version__
+    from falsify.cli import COMMANDS
+
+    assert falsify("--version").stdout.strip() == f"falsify {__version__}"
+    for command in COMMANDS:
+        result = falsify(command, "--help")
+        assert result.returncode == 0, command
+        assert "exit codes" in result.stdout.lower(), f"falsify {command} --help lists no exit codes"

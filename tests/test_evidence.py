@@ -99,7 +99,7 @@ FILES = {
             name = "tiny"
 
             def supports(self, capability):
-                return None
+                return f"tiny only adds ints: no {capability}"
 
             def add(self, a, b):
                 total = a + b

@@ -14,10 +14,10 @@ LAYERS = [
     ("falsify.errors", "falsify.project", "falsify.table"),
     ("falsify.contracts",),
     ("falsify.engines",),
-    ("falsify.harness",),
+    ("falsify.harness", "falsify.packs"),  # packs: contracts + falsifiers that run under the harness
     ("falsify.mutation",),
     ("falsify.evidence",),
-    ("falsify.cli",),
+    ("falsify.cli", "falsify.init"),
 ]
 
 

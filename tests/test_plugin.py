@@ -55,7 +55,7 @@ def test_all_bound_and_holding_passes(project: pytest.Pytester) -> None:
     project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7))
     result = project.runpytest("--falsify-strict")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["falsify: 1 contracts, 2 predictions in *; engine reference"])
+    result.stdout.fnmatch_lines(["falsify: 1 contracts, 2 predictions in *; engine (none configured)"])
 
 
 def test_violation_prints_formula_and_values(project: pytest.Pytester) -> None:
@@ -156,6 +156,9 @@ class Engine:
     name = "only-generate"
     def supports(self, capability):
         return None if capability == "generate" else f"no {capability} here"
+    def load_model(self, kind): raise NotImplementedError
+    def session(self, model): raise NotImplementedError
+    def cancel_token(self): raise NotImplementedError
 """,
         test_demo=BOTH_BOUND.format(forwards=7).replace(
             '@pytest.mark.falsifies("FALSIFY-DEMO-002")',
@@ -181,3 +184,49 @@ def test_strict_binding_is_for_whole_suite_runs_not_a_named_file(project: pytest
     )
     assert project.runpytest("--falsify-strict").ret == pytest.ExitCode.USAGE_ERROR
     project.runpytest("--falsify-strict", "test_demo.py").assert_outcomes(passed=2)
+
+
+def test_a_plain_project_keeps_its_hypothesis_profile_under_ci(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No contracts configured: the plugin switches no profile and registers no `engine` fixture."""
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    pytester.makeconftest(
+        "from hypothesis import settings\n"
+        "settings.register_profile('mine', max_examples=7)\n"
+        "settings.load_profile('mine')\n"
+    )
+    pytester.makepyfile(
+        test_plain="""
+from hypothesis import settings
+
+def test_profile_is_mine():
+    assert settings.default.max_examples == 7
+
+def test_no_engine_fixture(request):
+    assert "engine" not in request.fixturenames
+    assert request.config.pluginmanager.get_plugin("falsify-core") is None
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_an_engine_claiming_a_capability_without_its_methods_is_a_usage_error(
+    project: pytest.Pytester,
+) -> None:
+    project.makepyfile(
+        claims="""
+class Engine:
+    name = "claims-generate"
+    def supports(self, capability):
+        return None if capability == "generate" else "no"
+""",
+        test_demo=BOTH_BOUND.format(forwards=7),
+    )
+    project.syspathinsert()
+    result = project.runpytest("--engine", "claims:Engine")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*claims capabilities it does not implement: generate lacks load_model, session*"]
+    )

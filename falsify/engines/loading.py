@@ -1,25 +1,68 @@
 """Choosing the engine under test: a registered name (`reference`, `hf`), `module:factory`, or a wire engine in any
-language: `exec:"CMD ARGS"` (a subprocess speaking docs/engine-protocol.md on stdio) or `http://HOST:PORT`."""
+language: `exec:"CMD ARGS"` (a subprocess speaking docs/engine-protocol.md on stdio) or `http://HOST:PORT`.
+
+Which engine: `--engine`, else the FALSIFY_ENGINE environment variable, else `engine` in [tool.falsify]; none of
+the three is an error (never a silent default). An engine that cannot be imported or made, or that says it supports
+a capability without the methods that capability needs, is an `EngineError`: every command reports it as one line
+and exits 2 before any test runs.
+"""
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from falsify.engines.protocol import CAPABILITIES, missing
 from falsify.errors import FalsifyError
 
 REGISTERED = {
+    # The reference engine ships as its own distribution (falsify-harness-reference), not in the harness wheel.
     "reference": "reference.engine:ReferenceEngine",
     "hf": "falsify.engines.adapters.hf:HFEngine",
 }
+ENV = "FALSIFY_ENGINE"
 
 
 class EngineError(FalsifyError):
     """The engine named on the command line cannot be loaded."""
 
 
-def load_engine(spec: str) -> Any:
-    if spec.startswith(("exec:", "http://")):
+def resolve_engine(option: str | None, configured: str | None, where: str = "[tool.falsify]") -> str:
+    """--engine, else FALSIFY_ENGINE, else the project's `engine`; an error naming all three when none is set."""
+    spec = option or os.environ.get(ENV) or configured
+    if not spec:
+        raise EngineError(
+            f'no engine under test: pass --engine module:factory, set {ENV}, or add engine = "module:factory" '
+            f"to {where}"
+        )
+    return spec
+
+
+@contextmanager
+def importable(roots: Iterable[Path]) -> Iterator[None]:
+    """The project's own modules importable as `python -m pytest` from its root sees them (root, then src/)."""
+    added = [str(r) for r in roots if str(r) not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for path in added:
+            if path in sys.path:
+                sys.path.remove(path)
+
+
+def is_wire(spec: str) -> bool:
+    return spec.startswith(("exec:", "http://"))
+
+
+def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
+    if is_wire(spec):
         from falsify.engines.wire.client import WireEngine
 
         return WireEngine(spec)
@@ -30,17 +73,75 @@ def load_engine(spec: str) -> Any:
             "http://HOST:PORT"
         )
     module_name, _, attr = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise EngineError(f"engine {spec!r}: cannot import {module_name}: {exc}") from None
-    factory = getattr(module, attr, None)
-    if factory is None:
-        raise EngineError(f"engine {spec!r}: {module_name} has no {attr!r}")
-    engine = factory()
+    with importable(roots):
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            hint = (
+                " (the reference engine is its own distribution: pip install falsify-harness-reference)"
+                if spec == "reference"
+                else ""
+            )
+            raise EngineError(f"engine {spec!r}: cannot import {module_name}: {exc}{hint}") from None
+        factory = getattr(module, attr, None)
+        if factory is None:
+            raise EngineError(f"engine {spec!r}: {module_name} has no {attr!r}")
+        if not callable(factory):
+            raise EngineError(
+                f"engine {spec!r}: {target} is not callable (a class or a function making the engine)"
+            )
+        try:
+            engine = factory()
+        except Exception as exc:  # the engine's own code: one line, not a traceback
+            raise EngineError(f"engine {spec!r}: {target}() raised {type(exc).__name__}: {exc}") from None
     for needed in ("name", "supports"):
         if not hasattr(engine, needed):
             raise EngineError(
-                f"engine {spec!r}: the object {target} made has no {needed!r} (see README, Other engines)"
+                f"engine {spec!r}: the object {target} made has no {needed!r} (see docs/engines.md)"
             )
+    return engine
+
+
+@dataclass(frozen=True, slots=True)
+class Conformance:
+    capability: str
+    supported: bool
+    reason: str  # why not, when not supported
+    lacking: tuple[str, ...]  # methods a supported capability needs and the engine lacks
+
+
+def conformance(engine: Any) -> list[Conformance]:
+    """One row per capability: does the engine claim it, and does it have the methods the claim needs."""
+    rows = []
+    for capability in CAPABILITIES:
+        try:
+            reason = engine.supports(capability)
+        except Exception as exc:
+            raise EngineError(
+                f"engine {getattr(engine, 'name', '?')!r}: supports({capability!r}) raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        supported = reason is None
+        lacking = (
+            tuple(m for m in missing(engine, capability) if m not in ("name", "supports"))
+            if supported
+            else ()
+        )
+        rows.append(Conformance(capability, supported, "" if supported else str(reason), lacking))
+    return rows
+
+
+def check_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
+    """load_engine, then refuse an engine that claims a capability without its methods. A wire engine's
+    capabilities come from its handshake, checked (and reported per prediction) when the run starts."""
+    engine = load_engine(spec, roots)
+    if is_wire(spec):
+        return engine
+    broken = [r for r in conformance(engine) if r.lacking]
+    if broken:
+        detail = "; ".join(f"{r.capability} lacks {', '.join(r.lacking)}" for r in broken)
+        raise EngineError(
+            f"engine {spec!r} claims capabilities it does not implement: {detail} "
+            "(run `falsify engine check` for the table)"
+        )
     return engine

@@ -13,7 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from falsify.contracts.corpus import load_corpus
+from falsify.contracts.corpus import contract_dirs, load_corpus
+from falsify.engines.loading import check_engine, resolve_engine
 from falsify.evidence import MUTATION_REPORT, REPORT_HTML, REPORT_MD, SIGNATURES, STATEMENTS
 from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
 from falsify.evidence.digests import scrub
@@ -69,7 +70,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
         required=True,
         help="directory for the bundle (created; files in it with the bundle's names are replaced)",
     )
-    p.add_argument("--engine", default="reference", help="reference (default), hf, or module:factory")
+    p.add_argument(
+        "--engine",
+        help="engine under test: a registered name or module:factory "
+        "(default: $FALSIFY_ENGINE, then engine in [tool.falsify])",
+    )
     p.add_argument(
         "--from",
         dest="from_dir",
@@ -87,7 +92,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
         "--sources",
         action="append",
         help="glob of engine source files, relative to the project root "
-        f"(repeatable; default: {' '.join(DEFAULT_SOURCES)})",
+        f"(repeatable; default: sources in [tool.falsify], else {' '.join(DEFAULT_SOURCES)})",
     )
     p.add_argument(
         "--sign",
@@ -144,7 +149,9 @@ def run_evidence(args: argparse.Namespace) -> int:
     )
     os.chdir(root)  # contract file names and the mutant file check are relative to the project root
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
-    sources = tuple(args.sources) if args.sources else DEFAULT_SOURCES
+    args.engine = resolve_engine(args.engine, project.engine, f"[tool.falsify] in {project.pyproject}")
+    check_engine(args.engine, project.import_roots)  # a usage error (exit 2) before anything runs
+    sources = tuple(args.sources) if args.sources else project.sources or DEFAULT_SOURCES
     inputs = Inputs.of(project, args.engine, sources)
     if not source_files(root, sources):
         raise EvidenceError(f"no engine source file matches {' '.join(sources)} under {root} (see --sources)")
@@ -167,7 +174,7 @@ def run_evidence(args: argparse.Namespace) -> int:
         reason = f"no {MUTATION_REPORT} in the --from directory and no --mutants-report given"
     else:
         report, reason = run_mutants(project, args.engine, root / ".falsify" / "evidence-mutants")
-    corpus = load_corpus([project.contracts] + ([project.mutants] if project.mutants.is_dir() else []))
+    corpus = load_corpus(contract_dirs(project) + ([project.mutants] if project.mutants.is_dir() else []))
     if corpus.problems:
         raise EvidenceError(
             "contracts do not lint; run `falsify lint` first:\n" + "\n".join(str(p) for p in corpus.problems)

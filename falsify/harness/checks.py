@@ -19,13 +19,14 @@ class Observation:
     values: dict[str, Any]
 
 
-# Set by the pytest plugin: where the contracts are, and who records each observation for the running test.
-contracts_dir: Path | None = None
+# Set by the pytest plugin: where the contracts are (the project's and its packs'), and who records each
+# observation for the running test.
+contracts_dirs: tuple[Path, ...] = ()
 recorder: Callable[[Observation], None] | None = None
 
 
 def corpus() -> Corpus:
-    loaded = project_corpus(str(contracts_dir) if contracts_dir else None)
+    loaded = project_corpus(*map(str, contracts_dirs))
     if loaded.problems:
         first = loaded.problems[0]
         raise ContractError(f"contracts do not lint ({len(loaded.problems)} problems); first: {first}")

@@ -9,12 +9,14 @@ from pathlib import Path
 def falsifier_args(
     targets: Sequence[str],
     *,
-    contracts: Path,
+    contracts: Path | None,
     results: Path,
     engine: str,
     strict: bool = False,
     plugins: Sequence[str] = (),
     extra: Sequence[str] = (),
+    packs: Sequence[str] = (),
+    rootdir: Path | None = None,
 ) -> list[str]:
     """pytest's arguments (after `python -m pytest`) for a run of the falsifiers in `targets`.
 
@@ -22,11 +24,20 @@ def falsifier_args(
     the engine named by `engine`; pytest's cache stays off so a run leaves nothing in the tree it ran in.
     strict: a prediction bound to no collected test fails the run (whole-suite runs only).
     plugins: further pytest plugins to load with `-p`.
+    contracts: None (or a directory that does not exist) leaves them to the project's [tool.falsify]; packs are
+    added to the project's own (`--falsify-pack`); rootdir pins pytest's rootdir to the project root.
     """
     args = [*targets]
     if strict:
         args.append("--falsify-strict")
-    args += ["--falsify-only", "--falsify-contracts", str(contracts), "--falsify-results", str(results)]
+    args.append("--falsify-only")
+    if contracts is not None and contracts.is_dir():
+        args += ["--falsify-contracts", str(contracts)]
+    for name in packs:
+        args += ["--falsify-pack", name]
+    if rootdir is not None:
+        args += ["--rootdir", str(rootdir)]
+    args += ["--falsify-results", str(results)]
     args += ["--engine", engine, "-p", "no:cacheprovider"]
     for plugin in plugins:
         args += ["-p", plugin]

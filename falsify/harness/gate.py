@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 
-from falsify.contracts.corpus import Corpus, load_corpus
+from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.harness.command import falsifier_args
 from falsify.harness.results import Outcome, PredictionResult, load_results, per_prediction
@@ -29,13 +29,20 @@ def run_pytest(
     quiet: bool = False,
     env: dict[str, str] | None = None,
     timeout: float | None = None,
+    packs: tuple[str, ...] = (),
 ) -> int:
     cmd = [
         sys.executable,
         "-m",
         "pytest",
         *falsifier_args(
-            [str(project.tests)], contracts=project.contracts, results=results, engine=engine, strict=True
+            [str(project.tests)] if project.tests.is_dir() else [],
+            contracts=project.contracts,
+            results=results,
+            engine=engine,
+            strict=True,
+            packs=packs,
+            rootdir=project.root,
         ),
     ]
     if junit:
@@ -56,16 +63,20 @@ def run_pytest(
     return proc.returncode
 
 
-def lint_project(project: Project) -> tuple[Corpus, list[str]]:
-    paths = [project.contracts] + ([project.mutants] if project.mutants.is_dir() else [])
+def lint_project(project: Project, packs: tuple[str, ...] = ()) -> tuple[Corpus, list[str]]:
+    """The project's contracts, its packs' and its mutants, linted together."""
+    paths = contract_dirs(project, packs) + ([project.mutants] if project.mutants.is_dir() else [])
     corpus = load_corpus(paths)
     return corpus, [str(p) for p in corpus.problems]
 
 
-def gate(project: Project, *, engine: str, out: Path, pytest_args: list[str]) -> int:
-    corpus, problems = lint_project(project)
+def gate(
+    project: Project, *, engine: str, out: Path, pytest_args: list[str], packs: tuple[str, ...] = ()
+) -> int:
+    corpus, problems = lint_project(project, packs)
     if not corpus.contracts and not problems:
-        print(f"gate: FAIL — no contract found in {project.contracts} (an empty corpus is never a pass)")
+        where = ", ".join(map(str, contract_dirs(project, packs)))
+        print(f"gate: FAIL — no contract found in {where} (an empty corpus is never a pass)")
         return EXIT_EMPTY
     if problems:
         print("\n".join(problems))
@@ -82,7 +93,7 @@ def gate(project: Project, *, engine: str, out: Path, pytest_args: list[str]) ->
         f"{engine!r}",
         flush=True,
     )
-    code = run_pytest(project, results_path, pytest_args, engine=engine, junit=junit)
+    code = run_pytest(project, results_path, pytest_args, engine=engine, junit=junit, packs=packs)
     if not results_path.is_file():
         print(f"gate: FAIL — pytest exited {code} before any result was written (see its output above)")
         return 1

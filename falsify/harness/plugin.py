@@ -1,7 +1,9 @@
 """The pytest plugin: the `falsifies` marker, both-way binding of predictions to tests, the `engine` fixture,
 hypothesis profiles, and a results file the gate reads.
 
-Loaded through the `pytest11` entry point. It stays passive in a project with no contracts directory.
+Loaded through the `pytest11` entry point. Polite: in a project with no contracts configured (no `--falsify-contracts`,
+no `falsify_contracts` ini, no [tool.falsify] at the rootdir) it registers nothing: no fixture, no hypothesis
+profile switch, no collection hooks. Only the `falsifies` marker is declared, so a stray marker is not a warning.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from typing import Any
 
 import pytest
 
-from falsify.contracts.corpus import Corpus, project_corpus
-from falsify.engines.loading import EngineError, load_engine
+from falsify.contracts.corpus import Corpus, contract_dirs, project_corpus
+from falsify.contracts.packs import PackError, falsifiers_dir
+from falsify.engines.loading import EngineError, check_engine, resolve_engine
 from falsify.harness import checks as check_module
+from falsify.harness import fixtures
 from falsify.harness.checks import Observation
-from falsify.project import find_project
+from falsify.project import Project, ProjectError, find_project_or_none
 
 NOT_APPLICABLE = "NOT APPLICABLE: "
-_PREVIOUS_DIR = pytest.StashKey[Path | None]()
+_PREVIOUS_DIRS = pytest.StashKey[tuple[Path, ...]]()
 
 
 def _register_hypothesis_profiles() -> None:
@@ -48,9 +52,6 @@ def _register_hypothesis_profiles() -> None:
     )
 
 
-_register_hypothesis_profiles()
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("falsify")
     group.addoption(
@@ -72,16 +73,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--engine",
-        default=os.environ.get("FALSIFY_ENGINE", "reference"),
-        help="engine under test: reference (default), hf, or module:factory",
+        default=None,
+        help="engine under test: a registered name (reference, hf) or module:factory "
+        "(default: FALSIFY_ENGINE, then engine in [tool.falsify])",
+    )
+    group.addoption(
+        "--falsify-pack",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also run the built-in contract pack NAME (repeatable; adds to packs in [tool.falsify])",
     )
     parser.addini("falsify_contracts", "contracts directory, relative to the rootdir", default="")
 
 
 class FalsifyPlugin:
-    def __init__(self, config: pytest.Config, contracts: Path):
+    def __init__(self, config: pytest.Config, contracts: tuple[Path, ...], project: Project | None):
         self.config = config
         self.contracts = contracts
+        self.project = project
+        self.where = ", ".join(map(str, contracts))
         self.corpus: Corpus | None = None
         self._engine: Any = None
         self.results: dict[str, dict[str, Any]] = {}
@@ -90,16 +101,25 @@ class FalsifyPlugin:
 
     def load(self) -> Corpus:
         if self.corpus is None:
-            self.corpus = project_corpus(str(self.contracts))
+            self.corpus = project_corpus(*map(str, self.contracts))
             if self.corpus.problems:
                 listing = "\n".join(f"  {p}" for p in self.corpus.problems)
-                raise pytest.UsageError(f"falsify: contracts in {self.contracts} do not lint:\n{listing}")
+                raise pytest.UsageError(f"falsify: contracts in {self.where} do not lint:\n{listing}")
         return self.corpus
+
+    def engine_spec(self) -> str:
+        configured = self.project.engine if self.project else None
+        where = f"[tool.falsify] in {self.project.pyproject}" if self.project else "[tool.falsify]"
+        try:
+            return resolve_engine(self.config.getoption("engine"), configured, where)
+        except EngineError as exc:
+            raise pytest.UsageError(f"falsify: {exc}") from None
 
     def engine(self) -> Any:
         if self._engine is None:
+            roots = self.project.import_roots if self.project else (self.config.rootpath,)
             try:
-                self._engine = load_engine(self.config.getoption("engine"))
+                self._engine = check_engine(self.engine_spec(), roots)
             except EngineError as exc:
                 raise pytest.UsageError(f"falsify: {exc}") from None
         return self._engine
@@ -121,7 +141,7 @@ class FalsifyPlugin:
                     bound[pid].append(item.nodeid)
                 else:
                     problems.append(
-                        f"{item.nodeid}: marker names {pid!r}, which no contract in {self.contracts} defines"
+                        f"{item.nodeid}: marker names {pid!r}, which no contract in {self.where} defines"
                     )
         if config.getoption("falsify_strict") and not _narrowed(config):
             for pid, tests in bound.items():
@@ -133,7 +153,12 @@ class FalsifyPlugin:
             self._write_results()
             listing = "\n".join(f"  {line}" for line in problems)
             raise pytest.UsageError(f"falsify: {len(problems)} binding problem(s):\n{listing}")
-        if any(marked_ids(i) for i in items) and not config.getoption("collectonly"):
+        marked = [i for i in items if marked_ids(i)]
+        if (
+            marked
+            and not config.getoption("collectonly")
+            and (self._named_engine() or any(self._needs_engine(i, corpus) for i in marked))
+        ):
             self.engine()  # an engine that cannot load is one clear usage error, not an ERROR row per test
         if config.getoption("falsify_only"):
             keep = [i for i in items if marked_ids(i)]
@@ -142,17 +167,34 @@ class FalsifyPlugin:
                 config.hook.pytest_deselected(items=deselected)
             items[:] = keep
 
+    def _named_engine(self) -> str | None:
+        return (
+            self.config.getoption("engine")
+            or os.environ.get("FALSIFY_ENGINE")
+            or (self.project.engine if self.project else None)
+        )
+
+    @staticmethod
+    def _needs_engine(item: pytest.Item, corpus: Corpus) -> bool:
+        ids = marked_ids(item)
+        if not ids:
+            return False
+        uses_fixture = "engine" in getattr(item, "fixturenames", ())
+        return uses_fixture or any(
+            corpus.contract_of(pid).requires for pid in ids if pid in corpus.predictions
+        )
+
     # -- applicability and recording -------------------------------------------------------------------------
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         ids = marked_ids(item)
         if not ids:
             return
         corpus = self.load()
-        engine = self.engine()
         narrowed = marked_requires(item)
         for pid in ids:
             needs = corpus.contract_of(pid).requires
             for capability in needs if narrowed is None else [c for c in needs if c in narrowed]:
+                engine = self.engine()
                 reason = engine.supports(capability)
                 if reason:
                     pytest.skip(f"{NOT_APPLICABLE}{pid} needs {capability!r}: {reason}")
@@ -219,9 +261,14 @@ class FalsifyPlugin:
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         corpus = self.load()
+        engine = (
+            config.getoption("engine")
+            or os.environ.get("FALSIFY_ENGINE")
+            or (self.project.engine if self.project else None)
+        )
         return (
             f"falsify: {len(corpus.contracts)} contracts, {len(corpus.predictions)} predictions in "
-            f"{self.contracts}; engine {config.getoption('engine')}"
+            f"{self.where}; engine {engine or '(none configured)'}"
         )
 
     def _write_results(self) -> None:
@@ -229,8 +276,8 @@ class FalsifyPlugin:
         if not path:
             return
         payload = {
-            "engine": self.config.getoption("engine"),
-            "contracts": str(self.contracts),
+            "engine": self._named_engine(),
+            "contracts": self.where,
             "collected": [{"nodeid": nid, "predictions": ids} for nid, ids in self.collected.items()],
             "binding_problems": self.binding_problems,
             "tests": self.results,
@@ -291,6 +338,14 @@ def _summarise(observations: list[Observation]) -> dict[str, Any]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "falsifies(*ids): this test falsifies the named contract predictions")
     config.addinivalue_line("markers", "oracle: needs an external oracle package (tox -e oracle)")
+    try:
+        found = _contracts(config)
+    except (ProjectError, PackError) as exc:
+        raise pytest.UsageError(f"falsify: {exc}") from None
+    if found is None:
+        return  # not a falsify project: change nothing
+    contracts, project, packs = found
+    _register_hypothesis_profiles()
     if os.environ.get("HYPOTHESIS_PROFILE") or os.environ.get("CI"):
         try:
             from hypothesis import settings
@@ -299,39 +354,50 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             if not config.getoption("hypothesis_profile", None):
                 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
-    contracts = _contracts_dir(config)
-    if contracts is None:
-        return
     # Restored at unconfigure: pytester runs nested sessions in one process.
-    config.stash[_PREVIOUS_DIR] = check_module.contracts_dir
-    check_module.contracts_dir = contracts
-    config.pluginmanager.register(FalsifyPlugin(config, contracts), "falsify-core")
+    config.stash[_PREVIOUS_DIRS] = check_module.contracts_dirs
+    check_module.contracts_dirs = contracts
+    plugin = FalsifyPlugin(config, contracts, project)
+    config.pluginmanager.register(plugin, "falsify-core")
+    config.pluginmanager.register(fixtures, "falsify-fixtures")
+    _collect_packs(config, packs)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _PREVIOUS_DIR in config.stash:
-        check_module.contracts_dir = config.stash[_PREVIOUS_DIR]
+    if _PREVIOUS_DIRS in config.stash:
+        check_module.contracts_dirs = config.stash[_PREVIOUS_DIRS]
 
 
-def _contracts_dir(config: pytest.Config) -> Path | None:
+def _contracts(config: pytest.Config) -> tuple[tuple[Path, ...], Project | None, list[str]] | None:
+    """The contract directories of this run, the project, and the packs; None when this is no falsify project."""
     option = config.getoption("falsify_contracts")
-    if option:
-        return Path(option).resolve()
     ini = config.getini("falsify_contracts")
-    if ini:
-        candidate = Path(config.rootpath, ini)
-        return candidate if candidate.is_dir() else None
-    project = find_project(config.rootpath)
-    return project.contracts if project.contracts.is_dir() and project.root == config.rootpath else None
+    explicit = Path(option).resolve() if option else (Path(config.rootpath, ini) if ini else None)
+    project = find_project_or_none(config.rootpath)
+    if project is not None and project.root != config.rootpath and explicit is None:
+        project = None  # a parent directory's project: this rootdir is not it
+    packs = list(dict.fromkeys([*(project.packs if project else ()), *config.getoption("falsify_pack")]))
+    if explicit is not None:
+        own = [explicit] if explicit.is_dir() or option else []
+        from falsify.contracts.packs import contracts_dir
+
+        dirs = own + [contracts_dir(name) for name in packs]
+        return (tuple(dirs), project, packs) if dirs else None
+    if project is None:
+        if packs:
+            raise pytest.UsageError("falsify: --falsify-pack needs a [tool.falsify] project at the rootdir")
+        return None
+    dirs = contract_dirs(project, packs)
+    if not any(d.is_dir() for d in dirs):
+        return None
+    return tuple(dirs), project, packs
 
 
-@pytest.fixture(scope="session")
-def engine(request: pytest.FixtureRequest) -> Any:
-    """The engine under test: `--engine NAME` (default: the reference engine)."""
-    plugin = request.config.pluginmanager.get_plugin("falsify-core")
-    if plugin is None:
-        try:
-            return load_engine(request.config.getoption("engine"))
-        except EngineError as exc:
-            raise pytest.UsageError(f"falsify: {exc}") from None
-    return plugin.engine()
+def _collect_packs(config: pytest.Config, packs: list[str]) -> None:
+    """A whole-suite run also collects the packs' falsifiers (naming files or node ids runs just those)."""
+    if not packs or _narrowed(config):
+        return
+    for name in packs:
+        path = str(falsifiers_dir(name))
+        if path not in config.args:
+            config.args.append(path)

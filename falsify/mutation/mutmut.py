@@ -14,6 +14,9 @@ Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
     pytest_args = ["-k", "not slow"]   # added to each pytest run mutmut makes
     timeout_multiplier = 4    # a mutant's run stops after (its tests' time + timeout_constant) x this
     timeout_constant = 10     # seconds
+
+Exit codes: 0 survivors within the budget; 1 over the budget; 2 mutmut missing, bad configuration or no
+project; 130 interrupted.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`falsify mutants`: apply each semantic mutant in a scratch copy; every one must be killed.
 
 Exit codes: 0 every mutant killed (or timed out); 1 a mutant SURVIVED, is STALE or ERROR, the control is red, or
-lint failed; 2 no mutant to run; 130 interrupted (the scratch copies are gone, the working tree untouched).
+lint failed; 2 no mutant to run, no project, or an engine that cannot be loaded; 130 interrupted (the scratch copies are gone, the working tree untouched).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from falsify.contracts.lint import EXIT_EMPTY
+from falsify.engines.loading import check_engine, resolve_engine
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
 
@@ -28,7 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=__doc__.split("\n", 2)[2],
     )
     p.add_argument("ids", nargs="*", help="mutant ids to run (default: every file in the mutants directory)")
-    p.add_argument("--engine", default="reference", help="reference (default), hf, or module:factory")
+    p.add_argument(
+        "--engine",
+        help="engine under test: a registered name or module:factory "
+        "(default: $FALSIFY_ENGINE, then engine in [tool.falsify])",
+    )
     p.add_argument(
         "--scope",
         choices=SCOPES,
@@ -73,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(problems))
         print(f"mutants: FAIL — lint found {len(problems)} error(s); no mutant was run")
         return 1
+    engine = resolve_engine(args.engine, project.engine, f"[tool.falsify] in {project.pyproject}")
+    check_engine(engine, project.import_roots)  # a usage error (exit 2) before any copy is made
     mutants = corpus.mutants
     if args.ids:
         unknown = sorted(set(args.ids) - {m.id for m in mutants})
@@ -84,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"mutants: no mutant found in {project.mutants} (an empty set is never a pass)")
         return EXIT_EMPTY
     settings = Settings(
-        engine=args.engine,
+        engine=engine,
         jobs=args.jobs,
         scope=args.scope,
         full=args.full,

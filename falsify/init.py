@@ -1,0 +1,91 @@
+"""`falsify init`: a working starter in an empty or existing repository.
+
+Writes [tool.falsify] into pyproject.toml (created if absent, appended to otherwise), an example engine module
+behind the engine protocol, one contract about it, a falsifier bound to that contract, one mutant planting the
+bug the contract guards against, and a CI workflow. `falsify lint`, `falsify gate` and `falsify mutants` pass on
+the result straight away. Existing files are never overwritten: each one is reported and left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+from importlib import resources
+from pathlib import Path
+
+from falsify.project import ProjectError, find_project_or_none
+
+HELP = "write a working starter into this repo: [tool.falsify], a contract, a falsifier, a mutant, CI"
+EXITS = (
+    "0 the starter was written (files that already existed are listed and left alone); 2 the directory already "
+    "has [tool.falsify], or its pyproject.toml cannot be read"
+)
+
+# template (falsify/starter/) -> path written, relative to the repository
+FILES = {
+    "__init__.py.tmpl": "example_engine/__init__.py",
+    "engine.py.tmpl": "example_engine/engine.py",
+    "contract.yaml.tmpl": "contracts/example-cancel-v1.yaml",
+    "test_contract.py.tmpl": "tests/test_example_cancel.py",
+    "mutant.yaml.tmpl": "mutants/example-poll-after-forward.yaml",
+    "ci.yml.tmpl": ".github/workflows/falsify.yml",
+}
+PYTEST_TABLE = '\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "init",
+        help=HELP,
+        description=__doc__.splitlines()[0],
+        epilog=f"exit codes: {EXITS}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("directory", nargs="?", type=Path, default=Path("."), help="the repository (default: .)")
+
+
+def template(name: str) -> str:
+    return (resources.files("falsify") / "starter" / name).read_text(encoding="utf-8")
+
+
+def run(args: argparse.Namespace) -> int:
+    root = args.directory.resolve()
+    if not root.is_dir():
+        raise ProjectError(f"{root} is not a directory")
+    pyproject = root / "pyproject.toml"
+    existing = find_project_or_none(root) if pyproject.is_file() else None
+    if existing is not None and existing.root == root:
+        raise ProjectError(f"{pyproject} already has [tool.falsify]: nothing written")
+    written, kept = [], []
+    for name, target in FILES.items():
+        path = root / target
+        if path.exists():
+            kept.append(target)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(template(name), encoding="utf-8")
+        written.append(target)
+    table = template("falsify.toml.tmpl")
+    if pyproject.is_file():
+        text = pyproject.read_text(encoding="utf-8")
+        addition = ("\n" if text and not text.endswith("\n") else "") + "\n" + table
+        if "[tool.pytest.ini_options]" not in text:
+            addition += PYTEST_TABLE
+        pyproject.write_text(text + addition, encoding="utf-8")
+        written.append("pyproject.toml ([tool.falsify] appended)")
+    else:
+        pyproject.write_text(table + PYTEST_TABLE, encoding="utf-8")
+        written.append("pyproject.toml")
+    ignore = root / ".gitignore"
+    lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.is_file() else []
+    if ".falsify/" not in lines and "/.falsify/" not in lines:
+        ignore.write_text("\n".join([*lines, ".falsify/"]) + "\n", encoding="utf-8")
+        written.append(".gitignore (.falsify/: gate and mutant outputs)")
+    for line in written:
+        print(f"init: wrote {line}")
+    for line in kept:
+        print(f"init: kept {line} (already there; not overwritten)")
+    print(
+        f"init: {len(written)} written, {len(kept)} kept. Next: falsify lint && falsify gate && falsify mutants; "
+        "then point engine in [tool.falsify] at your own engine (docs/tutorial.md)"
+    )
+    return 0

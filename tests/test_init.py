@@ -1,0 +1,74 @@
+"""`falsify init` in a fresh repository: the starter it writes passes lint, gate and mutants straight away, and the
+mutant it plants is a bug the gate would catch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ENV = {**os.environ, "PYTHONHASHSEED": "0"}
+ENV.pop("FALSIFY_ENGINE", None)
+
+
+def falsify(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "falsify.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=ENV,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_init_writes_a_starter_that_passes_lint_gate_and_mutants(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    init = falsify(root, "init")
+    assert init.returncode == 0, init.stdout + init.stderr
+    for path in (
+        "pyproject.toml",
+        "example_engine/engine.py",
+        "contracts/example-cancel-v1.yaml",
+        "tests/test_example_cancel.py",
+        "mutants/example-poll-after-forward.yaml",
+        ".github/workflows/falsify.yml",
+    ):
+        assert (root / path).is_file(), path
+    lint = falsify(root, "lint")
+    assert lint.returncode == 0, lint.stdout
+    assert lint.stdout.strip().endswith("lint: 2 files, 1 contracts, 1 predictions, 1 mutants, 0 errors")
+    gate = falsify(root, "gate")
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "gate: PASS — 1 contracts, 1 predictions (1 pass, 0 fail" in gate.stdout
+    mutants = falsify(root, "mutants")
+    assert mutants.returncode == 0, mutants.stdout + mutants.stderr
+    assert "example-poll-after-forward: KILLED" in mutants.stdout
+    assert "mutants: PASS — 1 mutants: 1 killed, 0 survived" in mutants.stdout
+    check = falsify(root, "engine", "check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    from falsify.engines.protocol import CAPABILITIES
+
+    claimed = f"2 of {len(CAPABILITIES)} capabilities claimed, 0 claimed without their methods"
+    assert claimed in check.stdout
+
+
+def test_init_keeps_existing_files_and_refuses_a_configured_project(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "mine"\n')
+    (tmp_path / "contracts").mkdir()
+    mine = tmp_path / "contracts" / "example-cancel-v1.yaml"
+    mine.write_text("mine\n")
+    first = falsify(tmp_path, "init")
+    assert first.returncode == 0, first.stderr
+    assert "init: kept contracts/example-cancel-v1.yaml (already there; not overwritten)" in first.stdout
+    assert mine.read_text() == "mine\n"
+    text = (tmp_path / "pyproject.toml").read_text()
+    assert text.startswith('[project]\nname = "mine"\n') and "[tool.falsify]" in text
+    again = falsify(tmp_path, "init")
+    assert again.returncode == 2
+    assert "already has [tool.falsify]: nothing written" in again.stderr
