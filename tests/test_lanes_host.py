@@ -146,10 +146,22 @@ def run_pair(engine: Any, model: Any, at_round: int | None, action: str) -> tupl
     return host.tokens(b), host.stats(b).decode_forwards, host.state_digest(b)
 
 
+# A (4 chunks) and B (2 chunks) take prefill turns: before rounds 0 and 2 A is at the head of the queue, before
+# rounds 1 and 3 B is (a cancel that drops the queue's head instead of A's entry is only seen there), from round
+# 4 on B decodes.
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-006")
 @pytest.mark.parametrize(
     ("at_round", "action"),
-    [(0, "cancel"), (2, "cancel"), (6, "cancel"), (1, "leave"), (5, "leave"), (9, "leave")],
+    [
+        (0, "cancel"),
+        (1, "cancel"),
+        (2, "cancel"),
+        (3, "cancel"),
+        (6, "cancel"),
+        (1, "leave"),
+        (5, "leave"),
+        (9, "leave"),
+    ],
 )
 def test_cancel_or_leave_of_a_never_changes_b(engine: Any, model: Any, at_round: int, action: str) -> None:
     ref_tokens, ref_forwards, ref_state = run_pair(engine, model, None, action)
@@ -383,3 +395,32 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
     for what in (FULL_ROUND, SEVERAL_PREFILLING, OWN_TOKEN_STOP, GAPS_CHECKED):
         assert MACHINE_REACH.get(what, 0) >= examples // 4, (what, MACHINE_REACH)
     print(f"state machine reach over {examples} examples: {MACHINE_REACH}")
+
+
+# Two prompts of three chunks each beside one decoding stream: the round-robin bound (max_wait < streams = 3) is
+# tight here. The state machine's programs hold three streams with prompts of at most three chunks, where a host
+# that lets the first prompt keep the prefill turn to its end still stayed within the bound (mutant
+# prefill-keeps-its-turn survived it).
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-009")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_two_long_prompts_take_turns(engine: Any, model: Any, seed: int) -> None:
+    host = engine.lane_host(model, chunk_cap=64, pages=36, page_size=PAGE_SIZE, max_streams=3)
+    decoding = host.submit(prompt_of(model, 20, seed + 2), 12)
+    host.round()
+    prompts = [host.submit(prompt_of(model, 140 - 10 * i, seed + i), 3) for i in range(2)]
+    streams = [decoding, *prompts]
+    waited = dict.fromkeys(prompts, 0)
+    while host.busy():
+        report = host.round()
+        served = report.prefilled[0] if report.prefilled else None
+        prefilling = [s for s in prompts if str(host.stats(s).phase) == "prefill"]
+        for sid in prefilling:
+            waited[sid] = 0 if sid == served else waited[sid] + 1
+        gaps = [g for s in streams for g in host.decode_gaps(s)]
+        if gaps:  # an empty list would be a vacuous check
+            falsify.check(
+                "FALSIFY-SERVE-PREFILL-009",
+                gaps=gaps,
+                max_wait=max([waited[s] for s in prefilling], default=0),
+                streams=len(streams),
+            )
