@@ -23,30 +23,37 @@ SERVE = f"{sys.executable} -m reference.serve"
 
 def env() -> dict[str, str]:
     e = os.environ.copy()
-    e.update(PYTHONPATH=str(ROOT), HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+    e.update(
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "fixtures" / "wire")]),
+        HYPOTHESIS_PROFILE="ci",
+        PYTHONHASHSEED="0",
+        OPENBLAS_NUM_THREADS="1",
+    )
     e.pop("FALSIFY_WIRE_TIMEOUT", None)
     return e
 
 
 def falsifiers(engine: str, results: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--engine", engine]
+    # -p same_modules: both runs load the same local modules, so Hypothesis draws the same examples (its docstring)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "same_modules",
+        "--engine",
+        engine,
+    ]
     cmd += ["--falsify-results", str(results), *args]
     return subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600, check=False)
 
 
-# Hypothesis draws the same first 10 examples of this test on both engines and different ones after (measured:
-# the 11th-15th prompts differ, the test passing on both); which state of Hypothesis's generator depends on the
-# engine is not found yet, so its last observed values are left out of the diff. Everything else is compared.
-DRAWS_DIVERGE = {"tests/test_cancel_contract.py::test_an_uncancelled_run"}
-
-
 def records(path: Path) -> dict[str, Any]:
     tests = json.loads(path.read_text(encoding="utf-8"))["tests"]
-    out = {nid: {k: v for k, v in r.items() if k != "duration"} for nid, r in tests.items()}
-    for nid in DRAWS_DIVERGE & set(out):
-        for observed in out[nid]["observations"].values():
-            observed.pop("last_values")
-    return out
+    return {nid: {k: v for k, v in r.items() if k != "duration"} for nid, r in tests.items()}
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ result of an engine request (the harness's answer) or None for a notification. A
 from __future__ import annotations
 
 import json
-import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -91,9 +90,8 @@ class Connection:
 
     def _receive(self, waiting: str, rid: int) -> dict[str, Any]:
         while True:
-            try:
-                kind, value = self.transport.queue.get(timeout=self.timeout)
-            except queue.Empty:
+            kind, value = self.transport.recv(self.timeout)
+            if kind == "timeout":
                 self.fail(
                     errors.EngineTimeout(f"{self._who()}: no message for {self.timeout:g} s while {waiting}")
                 )

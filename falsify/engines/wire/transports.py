@@ -1,12 +1,13 @@
 """Carrying messages: a subprocess speaking JSON lines on stdio, or a server taking one HTTP POST per message.
 
-A transport moves raw lines; it never parses JSON. Reader threads put what they read on one queue, so the client
-waits in one place, with one timeout, whatever the transport:
+A transport moves raw lines; it never parses JSON. `recv(timeout)` gives the client one item, whatever the
+transport:
 
     ("line", bytes)        one complete line (without its LF), at most `max_line` bytes
     ("oversize", n)        a line longer than `max_line`: reading stops there (nothing more is buffered)
     ("eof", detail)        the engine closed its side (stdout closed, process gone, connection dropped)
     ("end", request_id)    HTTP only: the response stream of that request ended (normal after its reply)
+    ("timeout", None)      nothing arrived within the timeout
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
-import queue
+import selectors
 import shlex
 import signal
 import subprocess
-import threading
+import time
 from collections import deque
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 Item = tuple[str, Any]
@@ -30,32 +31,13 @@ class TransportError(Exception):
     """A transport could not be set up or written to; the client names it."""
 
 
-def read_lines(stream: IO[bytes], out: queue.Queue[Item], max_line: int, end: Item | None) -> None:
-    """Put each line of `stream` on `out` until EOF or an oversized line; then `end` (if any)."""
-    try:
-        while True:
-            line = stream.readline(max_line + 1)
-            if not line:
-                break
-            if not line.endswith(b"\n"):
-                if len(line) > max_line:
-                    out.put(("oversize", len(line)))
-                    return
-                out.put(("eof", f"the stream ended inside a line ({len(line)} bytes without a newline)"))
-                return
-            out.put(("line", line[:-1]))
-    except (OSError, ValueError, http.client.HTTPException) as exc:
-        out.put(("eof", f"reading failed: {exc}"))
-        return
-    if end is not None:
-        out.put(end)
-
-
 class StdioTransport:
     """`exec:CMD ARGS`: the engine is a child process; requests go to its stdin, its stdout is read as lines.
 
-    The child gets its own process group, so close() can stop it and anything it started. Its stderr is drained
-    (a full pipe would hang it) and its last lines kept for error messages.
+    The child gets its own process group, so close() can stop it and anything it started. Its stdout and stderr
+    are read in the calling thread with a selector (no reader threads: Hypothesis draws other examples when a
+    test process has extra threads alive, which would make a wire run incomparable with an in-process one);
+    stderr is drained so a full pipe cannot hang the engine, and its last lines kept for error messages.
     """
 
     def __init__(self, command: str, max_line: int) -> None:
@@ -63,8 +45,7 @@ class StdioTransport:
         if not argv:
             raise TransportError('exec: needs a command, e.g. exec:"python -m reference.serve"')
         self.description = f"exec:{command}"
-        self.queue: queue.Queue[Item] = queue.Queue()
-        self._stderr: deque[str] = deque(maxlen=20)
+        self.max_line = max_line
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -76,18 +57,61 @@ class StdioTransport:
         except OSError as exc:
             raise TransportError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
         assert self.proc.stdout is not None and self.proc.stderr is not None
-        threading.Thread(
-            target=read_lines,
-            args=(self.proc.stdout, self.queue, max_line, ("eof", "the engine closed its stdout")),
-            daemon=True,
-            name="wire-stdout",
-        ).start()
-        threading.Thread(target=self._drain_stderr, daemon=True, name="wire-stderr").start()
+        self._out, self._err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._out, selectors.EVENT_READ)
+        self._selector.register(self._err, selectors.EVENT_READ)
+        self._buffer = bytearray()
+        self._lines: deque[bytes] = deque()
+        self._eof = False
+        self._oversize = 0
+        self._stderr = bytearray()
 
-    def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in iter(lambda: self.proc.stderr.readline(65536), b""):  # type: ignore[union-attr]
-            self._stderr.append(raw.decode("utf-8", "replace").rstrip())
+    def recv(self, timeout: float) -> Item:
+        """The next item (see the module docstring), or ("timeout", None) after `timeout` seconds of silence."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._lines:
+                return ("line", self._lines.popleft())
+            if self._oversize or len(self._buffer) > self.max_line:
+                return ("oversize", self._oversize or len(self._buffer))
+            if self._eof:
+                if self._buffer:
+                    return (
+                        "eof",
+                        f"the stream ended inside a line ({len(self._buffer)} bytes without a newline)",
+                    )
+                return ("eof", "the engine closed its stdout")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return ("timeout", None)
+            for key, _ in self._selector.select(remaining):
+                self._read(key.fd)
+
+    def _read(self, fd: int) -> None:
+        try:
+            data = os.read(fd, 1 << 20)
+        except OSError:
+            data = b""
+        if fd == self._err:
+            if not data:
+                self._selector.unregister(fd)
+            self._stderr = (self._stderr + data)[-4096:]
+            return
+        if not data:
+            self._selector.unregister(fd)
+            self._eof = True
+            return
+        self._buffer += data
+        while (cut := self._buffer.find(b"\n")) >= 0:
+            line = bytes(self._buffer[:cut])
+            del self._buffer[: cut + 1]
+            if len(line) > self.max_line:
+                self._buffer[:0] = b"x" * (
+                    self.max_line + 1
+                )  # reported as oversize once the lines before it are read
+                return
+            self._lines.append(line)
 
     def send(self, line: bytes, *, request_id: int | None) -> None:
         assert self.proc.stdin is not None
@@ -105,7 +129,8 @@ class StdioTransport:
         return f"exited with code {code}" if code >= 0 else f"killed by signal {signal.Signals(-code).name}"
 
     def stderr_tail(self) -> str:
-        return " | ".join(list(self._stderr)[-5:])
+        lines = self._stderr.decode("utf-8", "replace").strip().splitlines()
+        return " | ".join(lines[-5:])
 
     def close(self, grace: float) -> None:
         """Wait `grace` seconds for the process to exit by itself, then kill its process group."""
@@ -121,12 +146,17 @@ class StdioTransport:
         else:  # the leader is gone; anything it left in its group goes too
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                if stream is not None:
+                    stream.close()
+        self._selector.close()
 
 
 class HttpTransport:
     """`http://HOST:PORT`: each message is one `POST /rpc`. A request's response body is the stream of JSON lines
     the engine sends while serving it (its own requests and notifications), ending with the reply; a message that
-    is not a request (a reply to the engine, a notification) gets `204 No Content`."""
+    is not a request (a reply to the engine, a notification) gets `204 No Content`. Read in the calling thread."""
 
     def __init__(self, url: str, max_line: int, timeout: float) -> None:
         parts = urlsplit(url)
@@ -137,14 +167,12 @@ class HttpTransport:
         self.path = (parts.path.rstrip("/") or "") + "/rpc"
         self.max_line = max_line
         self.timeout = timeout
-        self.queue: queue.Queue[Item] = queue.Queue()
-        self._open: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
+        self._stream: tuple[http.client.HTTPConnection, http.client.HTTPResponse, int] | None = None
 
-    def _post(self, line: bytes) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        with self._lock:
-            self._open.append(conn)
+    def _post(
+        self, line: bytes, timeout: float
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             conn.request("POST", self.path, body=line + b"\n", headers={"Content-Type": "application/json"})
             return conn, conn.getresponse()
@@ -153,30 +181,44 @@ class HttpTransport:
             raise TransportError(f"POST {self.description}{self.path}: {exc}") from None
 
     def send(self, line: bytes, *, request_id: int | None) -> None:
-        conn, resp = self._post(line)
-        if request_id is None:
-            body = resp.read(self.max_line)
+        conn, resp = self._post(line, self.timeout)
+        if request_id is None or resp.status != 200:
+            try:
+                body = resp.read(2000)
+            except (OSError, http.client.HTTPException):
+                body = b""
             conn.close()
-            with self._lock:
-                self._open.remove(conn)
-            if resp.status not in (200, 204):
+            if resp.status not in ((200, 204) if request_id is None else (200,)):
                 raise TransportError(f"POST {self.path}: HTTP {resp.status} {body[:200]!r}")
             return
-        if resp.status != 200:
-            body = resp.read(2000)
-            conn.close()
-            raise TransportError(f"POST {self.path}: HTTP {resp.status} {body[:200]!r}")
+        self._drop_stream()
+        self._stream = (conn, resp, request_id)
 
-        def pump() -> None:
-            try:
-                read_lines(resp, self.queue, self.max_line, ("end", request_id))
-            finally:
-                conn.close()
-                with self._lock:
-                    if conn in self._open:
-                        self._open.remove(conn)
+    def recv(self, timeout: float) -> Item:
+        if self._stream is None:
+            return ("eof", "no response stream is open")
+        conn, resp, rid = self._stream
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        try:
+            line = resp.readline(self.max_line + 1)
+        except TimeoutError:
+            return ("timeout", None)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            return ("eof", f"reading the response stream failed: {exc}")
+        if not line:
+            self._drop_stream()
+            return ("end", rid)
+        if not line.endswith(b"\n"):
+            if len(line) > self.max_line:
+                return ("oversize", len(line))
+            return ("eof", f"the stream ended inside a line ({len(line)} bytes without a newline)")
+        return ("line", line[:-1])
 
-        threading.Thread(target=pump, daemon=True, name=f"wire-http-{request_id}").start()
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream[0].close()
+            self._stream = None
 
     def exit_status(self) -> str | None:
         return None
@@ -185,10 +227,7 @@ class HttpTransport:
         return ""
 
     def close(self, grace: float) -> None:
-        with self._lock:
-            for conn in self._open:
-                conn.close()
-            self._open.clear()
+        self._drop_stream()
 
 
 def open_transport(spec: str, *, max_line: int, timeout: float) -> StdioTransport | HttpTransport:

@@ -1,0 +1,66 @@
+"""A wire engine that crashes, hangs, sends a line that is not JSON or is 100 MB long, or speaks another protocol
+version: each is a named ERROR row for the predictions it touches and a non-zero gate exit, within the timeout,
+never a hang and never a PASS. The gate runs the cancellation contract's falsifiers (tests/test_cancel_contract.py
+through `-k`) against tests/fixtures/wire/bad_engine.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD = ROOT / "tests" / "fixtures" / "wire" / "bad_engine.py"
+TIMEOUT = 3  # FALSIFY_WIRE_TIMEOUT for these runs, seconds
+
+
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [
+        ("crash", "EngineCrashed"),
+        ("not-json", "MalformedMessage"),
+        ("huge-line", "OversizedMessage"),
+        ("wrong-version", "ProtocolVersionMismatch"),
+        ("hang", "EngineTimeout"),
+    ],
+)
+def test_a_broken_engine_is_a_named_error_row(mode: str, error: str, tmp_path: Path) -> None:
+    env = os.environ.copy()
+    env.update(PYTHONPATH=str(ROOT), FALSIFY_WIRE_TIMEOUT=str(TIMEOUT), HYPOTHESIS_PROFILE="ci")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "falsify.cli",
+            "gate",
+            "--engine",
+            f"exec:{sys.executable} {BAD} {mode}",
+            "--out",
+            str(tmp_path),
+            "--",
+            "-k",
+            "test_cancel_contract",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    rows = json.loads((tmp_path / "gate.json").read_text(encoding="utf-8"))["predictions"]
+    outcomes = {r["id"]: r["outcome"] for r in rows}
+    assert "PASS" not in outcomes.values(), outcomes
+    cancel = [r for r in rows if r["id"].startswith("FALSIFY-SERVE-CANCEL-")]
+    assert len(cancel) >= 10 and all(r["outcome"] == "ERROR" for r in cancel), cancel
+    assert all(error in r["detail"] for r in cancel), [r["detail"] for r in cancel]
+    # one timeout at most, then every later call fails at once; the rest is pytest collecting the suite
+    assert elapsed < 120, f"gate took {elapsed:.0f} s"
