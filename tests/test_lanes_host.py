@@ -216,7 +216,9 @@ MACHINE_REACH: dict[str, int] = {}  # event -> examples (test cases) that reache
 def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: pytest.FixtureRequest) -> None:
     # Three lanes and pages for all three at their largest (140 + 12 - 1 positions = 10 pages each), so that
     # every lane decoding at once is reachable; own-token budgets 0-8 below max_tokens up to 12 stop streams
-    # mid-decode; the rounds rule runs up to 6 rounds so long prompts get through their chunks.
+    # mid-decode; the rounds rule runs up to 6 rounds so long prompts get through their chunks. Every program
+    # opens at full capacity with a stream its own token stops, so the states the predictions are about are
+    # reached in every example (asserted below), and the drawn program goes on from there.
     max_streams, pages = 3, 36
     MACHINE_REACH.clear()
 
@@ -245,19 +247,24 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
         @initialize(
             jobs=st.lists(
                 st.tuples(st.integers(1, 64), st.integers(8, 12), st.none() | st.integers(6, 8)),
-                min_size=max_streams,
-                max_size=max_streams,
-            )
+                min_size=max_streams - 1,
+                max_size=max_streams - 1,
+            ),
+            last=st.tuples(st.integers(1, 64), st.integers(2, 4)),
         )
-        def fill_every_lane(self, jobs: list[tuple[int, int, int | None]]) -> None:
-            """Start at full capacity: one-chunk prompts, then rounds until one begins with every lane decoding
-            (the third prefill ends in round 3, and every stream lives for at least 6 tokens)."""
+        def fill_every_lane(self, jobs: list[tuple[int, int, int | None]], last: tuple[int, int]) -> None:
+            """Start at full capacity: one-chunk prompts (every stream lives for at least 6 tokens but the last,
+            whose own token stops it after 2-4), then rounds until one began with every lane decoding (the last
+            prefill ends in round 3) and the last stream was stopped by its token (by round 7)."""
             for n, max_tokens, budget in jobs:
                 self.submit(n, max_tokens, 0, budget)
-            for _ in range(2 * max_streams):
-                self.rounds(1)
-                if FULL_ROUND in self.reached:
+            n, budget = last
+            self.submit(n, 12, 0, budget)
+            stopped = self.probe.tokens[max(self.probe.tokens)].answers
+            for _ in range(4 * max_streams):
+                if FULL_ROUND in self.reached and stopped and stopped[-1]:
                     break
+                self.rounds(1)
             self.opening = False
 
         @rule(
