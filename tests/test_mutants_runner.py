@@ -290,3 +290,35 @@ def test_no_mutants_is_never_a_pass(toy: Path) -> None:
     result = falsify(toy, "no-such-mutant")
     assert result.returncode == 2
     assert "no mutant no-such-mutant" in result.stderr
+
+
+def test_a_src_layout_whose_working_tree_is_on_the_path(toy: Path) -> None:
+    """The toy moved under src/ (imported as `toy`, not `src.toy`), with the working tree's src/ on PYTHONPATH as
+    an installed package would put it: every mutant is still killed, so the copy's module is the one imported."""
+    (toy / "src").mkdir()
+    (toy / "toy").rename(toy / "src" / "toy")
+    for mutant in (toy / "mutants").glob("*.yaml"):
+        mutant.write_text(mutant.read_text().replace("file: toy/loop.py", "file: src/toy/loop.py"))
+    path = os.pathsep.join(filter(None, [str(toy / "src"), os.environ.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-m", "falsify.cli", "mutants", *ENGINE],
+        cwd=toy,
+        capture_output=True,
+        text=True,
+        env={**env_for(toy), "PYTHONPATH": path},
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "mutants: PASS — 3 mutants: 3 killed" in result.stdout
+
+
+def test_copy_exclude_keeps_folders_out_of_the_scratch_copies(tmp_path: Path) -> None:
+    from falsify.mutation.semantic.scratch import Scratch
+
+    for name in ("pkg", "bulky", "bulk-data", "data"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.txt").write_text(name)
+    with Scratch(tmp_path, exclude=("bulk*",)) as scratch:
+        copy = scratch.copy("one")
+        assert sorted(p.name for p in copy.iterdir()) == ["data", "pkg"]

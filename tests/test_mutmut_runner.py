@@ -3,6 +3,7 @@ the toy project (tests/fixtures/mutants/toy), whose own mutants/ directory colli
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -39,10 +40,17 @@ def project_with(tmp_path: Path, table: str) -> Project:
     return Project(tmp_path, tmp_path / "contracts", tmp_path / "mutants", tmp_path / "tests")
 
 
-def test_config_defaults_when_absent(tmp_path: Path) -> None:
-    config = read_config(project_with(tmp_path, ""))
-    assert config == MutmutConfig()
-    assert all(p.startswith("reference/") for p in config.paths)
+def test_config_defaults_come_from_the_project(tmp_path: Path) -> None:
+    """No paths: the .py files of [tool.falsify] sources (a src layout here); no tests: the tests directory."""
+    (tmp_path / "src" / "pkg").mkdir(parents=True)
+    for name in ("__init__.py", "loop.py", "notes.txt"):
+        (tmp_path / "src" / "pkg" / name).write_text("", encoding="utf-8")
+    project = project_with(tmp_path, "")
+    config = read_config(dataclasses.replace(project, sources=("src/**/*",)))
+    assert config.paths == ("src/pkg/__init__.py", "src/pkg/loop.py")
+    assert config.tests == ("tests",)
+    with pytest.raises(MutmutError, match="no paths to mutate: set paths there, or sources"):
+        read_config(project)
 
 
 def test_config_values_are_read(tmp_path: Path) -> None:
@@ -54,7 +62,7 @@ def test_config_values_are_read(tmp_path: Path) -> None:
         )
     )
     assert config == MutmutConfig(7, ("reference/session.py",), ("tests/test_session_unit.py",), 60.0)
-    config = read_config(project_with(tmp_path, 'pytest_args = ["-k", "not slow"]\n'))
+    config = read_config(project_with(tmp_path, 'paths = ["a.py"]\npytest_args = ["-k", "not slow"]\n'))
     assert config.pytest_args == ("-k", "not slow")
 
 

@@ -8,8 +8,8 @@ mutant) above `survivor_budget` fail the run, each listed by file:line with the 
 
 Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
     survivor_budget = 60      # survivors allowed
-    paths = ["reference/session.py", ...]   # files mutated (bounded so the run fits CI)
-    tests = ["tests/test_session_unit.py", ...]   # the tests mutmut runs: fast ones that exercise reference/
+    paths = ["reference/session.py", ...]   # files mutated (default: the .py files of [tool.falsify] sources)
+    tests = ["tests/test_session_unit.py", ...]   # the tests mutmut runs (default: the tests directory)
     timeout = 1500            # seconds for the whole mutmut run
     pytest_args = ["-k", "not slow"]   # added to each pytest run mutmut makes
     timeout_multiplier = 4    # a mutant's run stops after (its tests' time + timeout_constant) x this
@@ -46,19 +46,8 @@ from falsify.mutation.semantic.scratch import Scratch
 from falsify.project import Project, find_project
 from falsify.table import table
 
-HELP = "run mutmut over reference/ in a scratch copy; fail above the survivor budget"
+HELP = "run mutmut over the engine's sources in a scratch copy; fail above the survivor budget"
 
-# The serving path: what the contracts are about, and what fits the CI budget (README, Mutants, measured).
-# reference/lanes.py is left to the semantic mutants: its unit test is a stateful machine whose run alone would
-# take most of the budget per mutant.
-DEFAULT_PATHS = (
-    "reference/cancel.py",
-    "reference/sampling.py",
-    "reference/session.py",
-    "reference/prefill.py",
-)
-# Fast unit tests of those modules; the hypothesis-heavy falsifiers are `falsify mutants`' job.
-DEFAULT_TESTS = ("tests/test_cancel_token.py", "tests/test_session_unit.py", "tests/test_prefill_unit.py")
 DEFAULT_BUDGET = 0
 DEFAULT_TIMEOUT = 1500.0
 DEFAULT_TIMEOUT_MULTIPLIER = 4.0
@@ -107,8 +96,8 @@ class MutmutError(FalsifyError):
 @dataclass(frozen=True, slots=True)
 class MutmutConfig:
     survivor_budget: int = DEFAULT_BUDGET
-    paths: tuple[str, ...] = DEFAULT_PATHS
-    tests: tuple[str, ...] = DEFAULT_TESTS
+    paths: tuple[str, ...] = ()
+    tests: tuple[str, ...] = ("tests",)
     timeout: float = DEFAULT_TIMEOUT
     pytest_args: tuple[str, ...] = ()  # added to every pytest run mutmut makes, e.g. ["-k", "not slow"]
     # mutmut stops a mutant's run after (its tests' time + constant) x multiplier seconds of wall clock (twice
@@ -177,8 +166,11 @@ def read_config(project: Project) -> MutmutConfig:
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise MutmutError(f"{where} survivor_budget must be an int >= 0, got {budget!r}")
     lists = {}
-    for key, default in (("paths", DEFAULT_PATHS), ("tests", DEFAULT_TESTS)):
-        value = table_.get(key, list(default))
+    defaults = {"paths": default_paths(project), "tests": [project.tests.relative_to(project.root).as_posix()]}
+    for key in ("paths", "tests"):
+        if key not in table_ and not defaults[key]:
+            continue  # no sources either: reported once every given value is checked
+        value = table_.get(key, defaults[key])
         if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
             raise MutmutError(f"{where} {key} must be a non-empty list of paths, got {value!r}")
         lists[key] = tuple(value)
@@ -194,6 +186,8 @@ def read_config(project: Project) -> MutmutConfig:
     constant = table_.get("timeout_constant", DEFAULT_TIMEOUT_CONSTANT)
     if isinstance(constant, bool) or not isinstance(constant, int | float) or constant < 0:
         raise MutmutError(f"{where} timeout_constant must be a number of seconds >= 0, got {constant!r}")
+    if "paths" not in lists:
+        raise MutmutError(f"{where}: no paths to mutate: set paths there, or sources = [...] in [tool.falsify]")
     return MutmutConfig(
         budget,
         lists["paths"],
@@ -203,6 +197,17 @@ def read_config(project: Project) -> MutmutConfig:
         float(multiplier),
         float(constant),
     )
+
+
+def default_paths(project: Project) -> list[str]:
+    """The Python files of the engine's sources ([tool.falsify] sources), when [tool.falsify.mutmut] names none."""
+    found = {
+        p.relative_to(project.root).as_posix()
+        for pattern in project.sources
+        for p in project.root.glob(pattern)
+        if p.suffix == ".py" and p.is_file()
+    }
+    return sorted(found)
 
 
 # -- what to mutate ---------------------------------------------------------------------------------------------
@@ -444,7 +449,7 @@ def run_mutmut(
             return run
         progress(f"mutmut: {len(run.patterns)} functions changed since {since} in {', '.join(run.files)}")
     start = time.perf_counter()
-    with Scratch(project.root, prefix="falsify-mutmut-") as scratch:
+    with Scratch(project.root, prefix="falsify-mutmut-", exclude=project.copy_exclude) as scratch:
         tree = scratch.copy("project")
         prepare(tree, project, config, run.files)
         progress(f"mutmut: mutating {', '.join(run.files)} in {tree}, tests {', '.join(config.tests)}")

@@ -56,6 +56,9 @@ def child(request: dict[str, object]) -> None:
         # What `python -m pytest` with PYTHONPATH=cwd would give: the copy first (in place of this script's own
         # directory, which must not shadow anything).
         sys.path[0] = cwd
+        # and the copy's other import roots (src/) that PYTHONPATH names, ahead of any editable install's paths
+        inside = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p.startswith(cwd + os.sep)]
+        sys.path[1:1] = [p for p in inside if p not in sys.path]
         argv = [str(a) for a in request["argv"]]  # type: ignore[attr-defined]
         sys.argv = ["pytest", *argv]
         import pytest

@@ -106,9 +106,11 @@ class Run:
     jobs: int = 1
 
 
-def module_name(file: str) -> str:
-    """reference/session.py -> reference.session; pkg/__init__.py -> pkg."""
+def module_name(file: str, src_layout: bool = False) -> str:
+    """reference/session.py -> reference.session; pkg/__init__.py -> pkg; src/pkg/x.py -> pkg.x (a src layout)."""
     parts = list(Path(file).with_suffix("").parts)
+    if src_layout and len(parts) > 1 and parts[0] == "src":
+        parts.pop(0)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -134,8 +136,12 @@ class Runner:
         self.settings = settings
         self._progress = progress
         self._print_lock = threading.Lock()
-        self.modules = sorted({module_name(m.file) for m in corpus.mutants})
+        self.src_layout = (project.root / "src").is_dir()
+        self.modules = sorted({self.module_of(m.file) for m in corpus.mutants})
         self.control: Control | None = None
+
+    def module_of(self, file: str) -> str:
+        return module_name(file, self.src_layout)
 
     def say(self, line: str) -> None:
         with self._print_lock:
@@ -164,7 +170,8 @@ class Runner:
         env = os.environ.copy()
         # The copy's packages must win over any editable install of the working tree: cwd and PYTHONPATH both
         # point at the copy, and the probe checks the outcome.
-        env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+        roots = [str(tree), *([str(tree / "src")] if self.src_layout else [])]
+        env["PYTHONPATH"] = os.pathsep.join([*roots, *filter(None, [env.get("PYTHONPATH")])])
         env["HYPOTHESIS_PROFILE"] = "mutation"
         env[probe.MODULES_ENV] = ",".join(self.modules)
         env[probe.OUT_ENV] = str(probe_out)
@@ -284,13 +291,13 @@ class Runner:
                 span=applied.span,
                 detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill",
             )
-        if self.control.imported.get(module_name(m.file)) is None:
+        if self.control.imported.get(self.module_of(m.file)) is None:
             return MutantResult(
                 m,
                 MutantOutcome.ERROR,
                 diff=diff,
                 span=applied.span,
-                detail=f"no falsifier imports {module_name(m.file)}: nothing could see this mutant",
+                detail=f"no falsifier imports {self.module_of(m.file)}: nothing could see this mutant",
             )
         tests = self.selected_tests(m)
         if not tests:
@@ -343,7 +350,7 @@ class Runner:
             return result(
                 m, MutantOutcome.TIMEOUT, detail=f"the falsifiers ran past {finished.seconds:.0f} s"
             )
-        name = module_name(m.file)
+        name = self.module_of(m.file)
         file = imported.get(name)
         if file is not None and Path(file).resolve() != target.resolve():
             return result(
@@ -388,7 +395,7 @@ class Runner:
         run = Run(self.project, self.corpus, self.settings)
         run.jobs = min(self.settings.jobs or available_cores(), max(len(mutants), 1))
         start = time.perf_counter()
-        with Scratch(self.project.root) as scratch:
+        with Scratch(self.project.root, exclude=self.project.copy_exclude) as scratch:
             try:
                 if self.settings.forkserver and not any(m.file.startswith("falsify/") for m in mutants):
                     scratch.start_forkserver()

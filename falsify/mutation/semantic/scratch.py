@@ -59,8 +59,11 @@ class Finished:
 
 
 class Scratch:
-    def __init__(self, source: Path, prefix: str = "falsify-mutants-") -> None:
+    def __init__(self, source: Path, prefix: str = "falsify-mutants-", exclude: tuple[str, ...] = ()) -> None:
         self.source = source.resolve()
+        self.exclude = (
+            exclude  # more top-level names (glob patterns) never copied: [tool.falsify] copy_exclude
+        )
         self.base = Path(tempfile.mkdtemp(prefix=prefix))
         self._procs: set[subprocess.Popen[str]] = set()
         self._pids: set[int] = set()  # children of the fork server
@@ -88,6 +91,7 @@ class Scratch:
             skip = {n for n in names if any(fnmatch.fnmatch(n, p) for p in IGNORE_ANYWHERE)}
             if Path(directory).resolve() == root:
                 skip |= IGNORE_TOP & set(names)
+                skip |= {n for n in names if any(fnmatch.fnmatch(n, p) for p in self.exclude)}
             return skip
 
         shutil.copytree(root, dest, ignore=ignore, symlinks=True)
