@@ -166,7 +166,10 @@ def read_config(project: Project) -> MutmutConfig:
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise MutmutError(f"{where} survivor_budget must be an int >= 0, got {budget!r}")
     lists = {}
-    defaults = {"paths": default_paths(project), "tests": [project.tests.relative_to(project.root).as_posix()]}
+    defaults = {
+        "paths": default_paths(project),
+        "tests": [project.tests.relative_to(project.root).as_posix()],
+    }
     for key in ("paths", "tests"):
         if key not in table_ and not defaults[key]:
             continue  # no sources either: reported once every given value is checked
@@ -187,7 +190,9 @@ def read_config(project: Project) -> MutmutConfig:
     if isinstance(constant, bool) or not isinstance(constant, int | float) or constant < 0:
         raise MutmutError(f"{where} timeout_constant must be a number of seconds >= 0, got {constant!r}")
     if "paths" not in lists:
-        raise MutmutError(f"{where}: no paths to mutate: set paths there, or sources = [...] in [tool.falsify]")
+        raise MutmutError(
+            f"{where}: no paths to mutate: set paths there, or sources = [...] in [tool.falsify]"
+        )
     return MutmutConfig(
         budget,
         lists["paths"],
