@@ -258,7 +258,7 @@ def statements(bundle: Path) -> list[dict[str, Any]]:
 def test_bundle_has_every_file_and_three_in_toto_statements(built: Path) -> None:
     bundle = built / "proj" / "evidence"
     assert sorted(p.name for p in bundle.iterdir()) == sorted(
-        [STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML]
+        [STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML, "kill-matrix.svg"]
     )
     stmts = statements(bundle)
     assert [s["predicateType"] for s in stmts] == [
@@ -589,8 +589,47 @@ def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: 
     assert verdict and verdict.group(1) == "GO", dom[:2000]
     text = " ".join(re.sub(r"<[^>]+>", " ", dom).split())
     assert "2 of 2 predictions passed" in text and "1 of 1 mutants killed" in text
-    assert "FALSIFY-TINY-ADD-001 tiny-add-v1 PASS" in text
+    assert re.search(r"tiny-add-v1 FALSIFY-TINY-ADD-001 .{0,200}? PASS", text), text[:3000]
     assert "add-off-by-one Killed tinyengine/engine.py FALSIFY-TINY-ADD-001" in text
+    # The kill-matrix figure is on the page, drawn inline, with the killed cell in red.
+    figure = re.search(r'<figure id="kill-matrix">.*?</figure>', dom, re.S)
+    assert figure and "<svg" in figure.group(0) and 'fill="#cf222e"' in figure.group(0), dom[:3000]
+    # ... and renders legibly at 1400 px: the SVG alone, screenshotted, shows the red cell and dark label text.
+    alone = tmp_path / "figure.html"
+    svg = (built / "proj" / "evidence" / "kill-matrix.svg").read_text(encoding="utf-8")
+    alone.write_text(f"<!DOCTYPE html><html><body style='margin:0;background:#fff'>{svg}</body></html>")
+    shot = tmp_path / "figure.png"
+    subprocess.run(
+        [*flags, "--window-size=1400,400", f"--screenshot={shot}", alone.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    width, height, pixels = png_pixels(shot.read_bytes())
+    assert width == 1400
+    assert _has_colour(pixels, width, (0xCF, 0x22, 0x2E)), "no killed (red) cell rendered"
+    assert _has_colour(pixels, width, (0x1D, 0x23, 0x2A), tolerance=60), "no label text rendered"
+
+
+def _has_colour(pixels: bytes, width: int, rgb: tuple[int, int, int], tolerance: int = 8) -> bool:
+    """Whether an RGB(A) PNG's unfiltered scanlines hold a pixel near `rgb` (filter 0 rows only: enough for
+    flat fills, which chromium writes unfiltered or Sub-filtered; Sub rows are undone here too)."""
+    for bpp in (4, 3):
+        stride = 1 + width * bpp
+        if len(pixels) % stride:
+            continue
+        for row in range(len(pixels) // stride):
+            line = bytearray(pixels[row * stride + 1 : (row + 1) * stride])
+            kind = pixels[row * stride]
+            if kind == 1:  # Sub
+                for i in range(bpp, len(line)):
+                    line[i] = (line[i] + line[i - bpp]) & 0xFF
+            elif kind != 0:
+                continue
+            for i in range(0, len(line) - bpp + 1, bpp):
+                if all(abs(line[i + k] - rgb[k]) <= tolerance for k in range(3)):
+                    return True
+    return False
 
 
 def test_verdict_denominators() -> None:

@@ -19,8 +19,16 @@ from falsify.evidence import MUTATION_REPORT, REPORT_HTML, REPORT_MD, SIGNATURES
 from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
 from falsify.evidence.digests import scrub
 from falsify.evidence.mutation import load_report
+from falsify.evidence.render import FIGURE_TITLES
 from falsify.evidence.sign import check_envelopes, keygen, load_private_key, load_public_key, sign_bundle
-from falsify.evidence.statements import RunResults, build, environment, normalise_junit, normalise_results
+from falsify.evidence.statements import (
+    RunResults,
+    build,
+    environment,
+    git_source,
+    normalise_junit,
+    normalise_results,
+)
 from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, source_files, tree_digests
 from falsify.evidence.verify import verify
 from falsify.project import find_project
@@ -185,7 +193,7 @@ def run_evidence(args: argparse.Namespace) -> int:
         report,
         scrub(reason, root),
     )
-    files = build(root, inputs, corpus, run, environment(), generated_at())
+    files = build(root, inputs, corpus, run, environment(), generated_at(), git_source(root))
     changed = sorted(set(before.items()) ^ set(tree_digests(root, inputs).items()))
     if changed:  # the results would be claimed for a tree they were not obtained on
         names = sorted({name for name, _ in changed})
@@ -194,7 +202,7 @@ def run_evidence(args: argparse.Namespace) -> int:
             "written (run again on a quiet tree)"
         )
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (MUTATION_REPORT,):
+    for stale in (MUTATION_REPORT, *FIGURE_TITLES):
         if stale not in files and (out / stale).exists():
             (out / stale).unlink()
     for name, data in files.items():

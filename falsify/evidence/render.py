@@ -5,10 +5,101 @@ report.html is one self-contained file: inline CSS, no script, no font, no image
 
 from __future__ import annotations
 
+import math
+import re
 from html import escape
 from typing import Any
 
 from falsify.evidence import JUNIT, MUTATION_REPORT
+from falsify.evidence.figures import gaps, kill_matrix, mutmut, tolerances
+
+FIGURES = {"kill-matrix.svg": kill_matrix, "tolerances.svg": tolerances, "decode-gaps.svg": gaps}
+FIGURE_TITLES = {
+    "kill-matrix.svg": "Kill matrix",
+    "tolerances.svg": "Measured against bound",
+    "decode-gaps.svg": "Decode gaps per round",
+    "mutmut.svg": "mutmut against its floor",
+}
+_HEX = re.compile(r"\b[0-9a-f]{40,}\b")
+
+
+def figures(ev: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The figures the contract-evidence predicate gives, file name -> (svg, caption); absent when nothing to draw."""
+    out = {}
+    for name, draw in FIGURES.items():
+        drawn = draw(ev)
+        if drawn is not None:
+            out[name] = drawn
+    summary = ev.get("mutmut") if isinstance(ev.get("mutmut"), dict) else None
+    drawn = mutmut(summary)
+    if drawn is not None:
+        out["mutmut.svg"] = drawn
+    return out
+
+
+def _fmt(v: Any) -> str:
+    """An observed value for people: floats to 4 significant digits, long hex digests cut to 12 characters."""
+    if isinstance(v, bool) or v is None:
+        return repr(v)
+    if isinstance(v, float):
+        return f"{v:.4g}" if math.isfinite(v) else repr(v)
+    if isinstance(v, str):
+        return _HEX.sub(lambda m: m.group(0)[:12] + "…", v)
+    if isinstance(v, list):
+        inner = ", ".join(_fmt(x) for x in v[:12])
+        return f"[{inner}{', …' if len(v) > 12 else ''}]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_fmt(x)}" for k, x in list(v.items())[:12]) + "}"
+    return str(v)
+
+
+def _observed(values: dict[str, Any] | None, limit: int = 240) -> str:
+    if not values:
+        return ""
+    text = ", ".join(f"{k}={_fmt(v)}" for k, v in values.items())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _domain(domain: Any) -> str:
+    if not isinstance(domain, dict) or not domain:
+        return ""
+    parts = []
+    for name, spec in domain.items():
+        if isinstance(spec, dict):
+            lo, hi = spec.get("min"), spec.get("max")
+            rng = f" in [{lo}, {hi}]" if lo is not None or hi is not None else ""
+            parts.append(f"{name}: {spec.get('type', '?')}{rng}")
+        else:
+            parts.append(str(name))
+    return "; ".join(parts)
+
+
+def _source(ev: dict[str, Any]) -> str:
+    src = ev.get("source") if isinstance(ev.get("source"), dict) else {}
+    if not src or not src.get("commit"):
+        return "not a git checkout (no commit recorded)"
+    dirty = {True: "dirty (uncommitted changes)", False: "clean", None: "dirty state unknown"}[
+        src.get("dirty")
+    ]
+    tag = f", tag {src['tag']}" if src.get("tag") else ", no tag"
+    return f"commit {src['commit']}{tag}, {dirty}"
+
+
+def _contract_rows(ev: dict[str, Any]) -> list[tuple[str, str, int, dict[str, int], int]]:
+    """(contract, title, predictions, outcome counts, turned red by a mutant) per contract, in file order."""
+    titles = {c["id"]: c.get("title", "") for c in ev.get("contracts", [])}
+    rows: dict[str, tuple[int, dict[str, int], int]] = {c: (0, {}, 0) for c in titles}
+    for p in ev["predictions"]:
+        n, counts, proven = rows.get(p["contract"], (0, {}, 0))
+        counts = {**counts, p["outcome"]: counts.get(p["outcome"], 0) + 1}
+        rows[p["contract"]] = (n + 1, counts, proven + bool(p.get("mutantsKilled")))
+    return [(c, titles.get(c, ""), n, counts, proven) for c, (n, counts, proven) in rows.items()]
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    order = ["PASS", "FAIL", "ERROR", "NOT RUN", "NOT APPLICABLE"]
+    keys = [k for k in order if k in counts] + sorted(k for k in counts if k not in order)
+    return ", ".join(f"{counts[k]} {k}" for k in keys)
 
 
 def _outcome_counts(verdict: dict[str, Any]) -> str:
@@ -64,8 +155,14 @@ def _md_cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def render_markdown(test_result: dict[str, Any], evidence_stmt: dict[str, Any], generated_at: str) -> str:
+def render_markdown(
+    test_result: dict[str, Any],
+    evidence_stmt: dict[str, Any],
+    generated_at: str,
+    drawn: dict[str, tuple[str, str]] | None = None,
+) -> str:
     ev = evidence_stmt["predicate"]
+    drawn = figures(ev) if drawn is None else drawn
     verdict = ev["verdict"]
     out = [f"# Release evidence: {verdict['decision']}", "", f"**{verdict['summary']}**", ""]
     if verdict["reasons"]:
@@ -81,17 +178,41 @@ def render_markdown(test_result: dict[str, Any], evidence_stmt: dict[str, Any], 
         f"| mutants | {_md_cell(_mutant_counts(verdict, ev))} |",
         f"| test-result statement | {test_result['predicate']['result']} |",
         "",
+        f"Source: {_source(ev)}.",
+        "",
+        "## Contracts",
+        "",
+        "| contract | title | predictions | outcomes | turned red by a mutant |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for c, title, n, counts, proven in _contract_rows(ev):
+        out.append(f"| {c} | {_md_cell(title)} | {n} | {_counts_text(counts)} | {proven} of {n} |")
+    out += ["", "## Figures", ""]
+    for name, title in FIGURE_TITLES.items():
+        if name in drawn:
+            out += [f"![{title}]({name})", "", _md_cell(drawn[name][1]), ""]
+        else:
+            out += [f"- {title}: nothing in this bundle to draw.", ""]
+    out += [
         "## Predictions",
         "",
-        "| prediction | contract | outcome | tests | checks | mutants killed | costs | observed / detail |",
+        "| prediction | claim / formula | outcome | tests | checks | turned red by | costs | observed / detail |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for p in ev["predictions"]:
-        detail = p["detail"] or _values(p["values"])
+        detail = p["detail"] or _observed(p["values"])
+        skipped = p.get("skippedTests", [])
+        tests = f"{len(p['tests'])}" + (f" ({len(skipped)} skipped)" if skipped else "")
+        domain = _domain(p.get("domain"))
+        claim = f"{p.get('claim', '')} `{p.get('formula', '')}`" + (f" over {domain}" if domain else "")
         out.append(
-            f"| `{p['id']}` | {p['contract']} | **{p['outcome']}** | {len(p['tests'])} | {p['checks']} | "
+            f"| `{p['id']}` | {_md_cell(claim)} | **{p['outcome']}** | {tests} | {p['checks']} | "
             f"{_md_cell(_killed(p))} | {_md_cell(_costs(p['costs']))} | {_md_cell(detail)} |"
         )
+    skips = [(p["id"], t) for p in ev["predictions"] for t in p.get("skippedTests", [])]
+    if skips:
+        out += ["", f"Skipped bound tests ({len(skips)}):", ""]
+        out += [f"- `{pid}`: `{t['test']}` — {_md_cell(t['reason'])}" for pid, t in skips]
     out += ["", "## Mutants", ""]
     mutants = ev["mutants"]
     if not mutants["run"]:
@@ -113,7 +234,7 @@ def render_markdown(test_result: dict[str, Any], evidence_stmt: dict[str, Any], 
                 f"| `{m['diffDigest']['sha256'][:16]}` |"
             )
         out.append("")
-    out += ["## Contracts", "", "| contract | version | file | sha256 |", "| --- | --- | --- | --- |"]
+    out += ["## Contract files", "", "| contract | version | file | sha256 |", "| --- | --- | --- | --- |"]
     out += [
         f"| {c['id']} | {c['version']} | {c['file']} | `{c['digest']['sha256']}` |" for c in ev["contracts"]
     ]
@@ -161,7 +282,8 @@ td.id{white-space:nowrap}td.detail{min-width:18rem;overflow-wrap:anywhere}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.85em}
 .PASS,.Killed{color:#1a7f37;font-weight:700}.FAIL,.ERROR,.Survived,.VIOLATED{color:#cf222e;font-weight:700}
 .NOTRUN,.NOTAPPLICABLE,.notrun,.Ignored,.Timeout,.RuntimeError,.NoCoverage{color:#9a6700;font-weight:700}
-.muted{color:#57606a}details pre{white-space:pre-wrap;word-break:break-all;font-size:.8rem}
+.muted{color:#57606a}tr.group td{background:#f6f8fa;font-weight:700;white-space:nowrap}
+figure{margin:1rem 0;overflow-x:auto}figcaption{margin-bottom:.4rem}details pre{white-space:pre-wrap;word-break:break-all;font-size:.8rem}
 """
 
 
@@ -174,8 +296,14 @@ def _cls(word: str) -> str:
     return escape(word.replace(" ", ""))
 
 
-def render_html(test_result: dict[str, Any], evidence_stmt: dict[str, Any], generated_at: str) -> str:
+def render_html(
+    test_result: dict[str, Any],
+    evidence_stmt: dict[str, Any],
+    generated_at: str,
+    drawn: dict[str, tuple[str, str]] | None = None,
+) -> str:
     ev = evidence_stmt["predicate"]
+    drawn = figures(ev) if drawn is None else drawn
     verdict = ev["verdict"]
     go = verdict["decision"] == "GO"
     e = escape
@@ -199,18 +327,63 @@ def render_html(test_result: dict[str, Any], evidence_stmt: dict[str, Any], gene
         f"<tr><td>predictions</td><td>{e(_outcome_counts(verdict))}</td></tr>",
         f"<tr><td>falsifier tests (JUnit)</td><td>{e(_test_counts(verdict))}</td></tr>",
         f"<tr><td>mutants</td><td>{e(_mutant_counts(verdict, ev))}</td></tr>",
-        f"<tr><td>test-result statement</td><td>{e(test_result['predicate']['result'])}</td></tr></table>",
-        "<h2>Predictions</h2>",
-        "<table><tr><th>prediction</th><th>contract</th><th>outcome</th><th>tests</th><th>checks</th>"
-        "<th>mutants killed</th><th>costs</th><th>observed / detail</th></tr>",
+        f"<tr><td>test-result statement</td><td>{e(test_result['predicate']['result'])}</td></tr>",
+        f'<tr><td>source</td><td class="mono">{e(_source(ev))}</td></tr>',
+        f"<tr><td>engine</td><td><code>{e(ev['inputs']['engine'])}</code>"
+        + "".join(
+            f' · weights <span class="mono" title="{e(d["digest"]["sha256"])}">{e(d["name"])} '
+            f"{e(d['digest']['sha256'][:12])}…</span>"
+            for d in test_result["subject"]
+            if d.get("annotations", {}).get("falsify.role") == "weights"
+        )
+        + "</td></tr></table>",
+        "<h2>Contracts</h2>",
+        "<table><tr><th>contract</th><th>title</th><th>predictions</th><th>outcomes</th>"
+        "<th>turned red by a mutant</th></tr>",
     ]
-    for p in ev["predictions"]:
-        detail = p["detail"] or _values(p["values"])
+    for c, title, n, counts, proven in _contract_rows(ev):
         h.append(
-            f'<tr><td class="mono id">{e(p["id"])}</td><td>{e(p["contract"])}</td>'
-            f'<td class="{_cls(p["outcome"])}">{e(p["outcome"])}</td><td>{len(p["tests"])}</td>'
+            f'<tr><td class="id">{e(c)}</td><td>{e(title)}</td><td>{n}</td><td>{e(_counts_text(counts))}</td>'
+            f"<td>{proven} of {n}</td></tr>"
+        )
+    h.append('</table><h2>Figures</h2><div class="figures">')
+    for name, title in FIGURE_TITLES.items():
+        if name in drawn:
+            svg, caption = drawn[name]
+            h.append(
+                f'<figure id="{e(name.removesuffix(".svg"))}"><figcaption><b>{e(title)}</b> '
+                f"(<code>{e(name)}</code>). {e(caption)}</figcaption>{svg}</figure>"
+            )
+        else:
+            h.append(f'<p class="muted"><b>{e(title)}</b>: nothing in this bundle to draw.</p>')
+    h += [
+        "</div><h2>Predictions</h2>",
+        "<table><tr><th>prediction</th><th>claim, formula, domain</th><th>outcome</th><th>tests</th>"
+        "<th>checks</th><th>turned red by</th><th>costs</th><th>observed / detail</th></tr>",
+    ]
+    contract = None
+    for p in ev["predictions"]:
+        if p["contract"] != contract:
+            contract = p["contract"]
+            h.append(f'<tr class="group"><td colspan="8">{e(contract)}</td></tr>')
+        detail = p["detail"] or _observed(p["values"])
+        skipped = p.get("skippedTests", [])
+        tests = f"{len(p['tests'])}" + (f" ({len(skipped)} skipped)" if skipped else "")
+        domain = _domain(p.get("domain"))
+        skip_list = (
+            "<details><summary>skipped</summary><ul>"
+            + "".join(f"<li><code>{e(t['test'])}</code>: {e(t['reason'])}</li>" for t in skipped)
+            + "</ul></details>"
+            if skipped
+            else ""
+        )
+        h.append(
+            f'<tr><td class="mono id">{e(p["id"])}</td><td>{e(p.get("claim", ""))}<br>'
+            f"<code>{e(p.get('formula', ''))}</code>"
+            + (f'<br><span class="muted">{e(domain)}</span>' if domain else "")
+            + f'</td><td class="{_cls(p["outcome"])}">{e(p["outcome"])}</td><td>{e(tests)}{skip_list}</td>'
             f"<td>{p['checks']}</td><td>{e(_killed(p))}</td><td>{e(_costs(p['costs']))}</td>"
-            f'<td class="mono detail">{e(detail)}</td></tr>'
+            f'<td class="mono detail" title="{e(_values(p["values"], limit=4000))}">{e(detail)}</td></tr>'
         )
     h.append("</table><h2>Mutants</h2>")
     mutants = ev["mutants"]
@@ -232,7 +405,7 @@ def render_html(test_result: dict[str, Any], evidence_stmt: dict[str, Any], gene
             )
         h.append("</table>")
     h.append(
-        "<h2>Contracts</h2><table><tr><th>contract</th><th>version</th><th>file</th><th>sha256</th></tr>"
+        "<h2>Contract files</h2><table><tr><th>contract</th><th>version</th><th>file</th><th>sha256</th></tr>"
     )
     h += [
         f"<tr><td>{e(c['id'])}</td><td>{e(c['version'])}</td><td>{e(c['file'])}</td>"

@@ -40,7 +40,7 @@ from falsify.evidence.digests import (
     sha256_file,
 )
 from falsify.evidence.mutation import MutantOutcome, normalise, outcomes
-from falsify.evidence.render import render_html, render_markdown
+from falsify.evidence.render import figures, render_html, render_markdown
 from falsify.evidence.tree import (
     EvidenceError,
     Inputs,
@@ -139,9 +139,18 @@ def statement(
 
 
 def build(
-    root: Path, inputs: Inputs, corpus: Corpus, run: RunResults, env: dict[str, Any], generated_at: str
+    root: Path,
+    inputs: Inputs,
+    corpus: Corpus,
+    run: RunResults,
+    env: dict[str, Any],
+    generated_at: str,
+    source: dict[str, Any] | None = None,
 ) -> dict[str, bytes]:
-    """Every file of the bundle, name -> bytes."""
+    """Every file of the bundle, name -> bytes.
+
+    source: the git commit, tag and dirty flag the run was made on (`git_source`); recorded, not re-derived, like
+    generated_at, so a bundle verifies after later commits."""
     files: dict[str, bytes] = {JUNIT: run.junit, RESULTS: pretty(run.results).encode()}
     # Outcomes come from the report as the bundle keeps it, so that `verify` reads exactly what `evidence` read.
     report = normalise(run.mutation_report, root) if run.mutation_report is not None else None
@@ -192,7 +201,8 @@ def build(
             "inputs": inputs.as_json(),
             "verdict": verdict,
             "contracts": [_contract_entry(root, c) for c in corpus.contracts],
-            "predictions": [_prediction_entry(root, corpus, r, mutants) for r in rows],
+            "source": source if source is not None else {"commit": None, "tag": None, "dirty": None},
+            "predictions": [_prediction_entry(root, corpus, r, mutants, tests) for r in rows],
             "mutants": {
                 "run": mutant_summary["run"],
                 "reason": run.mutants_reason,
@@ -207,10 +217,13 @@ def build(
     lines = [canonical(test_result), canonical(contract_evidence)]
     # Reports are rendered from the statements as written (keys sorted), exactly what `verify` reads back.
     test_result, contract_evidence = (json.loads(line) for line in lines)
-    files[REPORT_MD] = render_markdown(test_result, contract_evidence, generated_at).encode()
-    files[REPORT_HTML] = render_html(test_result, contract_evidence, generated_at).encode()
+    drawn = figures(contract_evidence["predicate"])
+    for name, (svg, _) in drawn.items():
+        files[name] = svg.encode()
+    files[REPORT_MD] = render_markdown(test_result, contract_evidence, generated_at, drawn).encode()
+    files[REPORT_HTML] = render_html(test_result, contract_evidence, generated_at, drawn).encode()
     release = statement(
-        [descriptor(name, sha256_bytes(files[name])) for name in (REPORT_HTML, REPORT_MD)],
+        [descriptor(name, sha256_bytes(files[name])) for name in (REPORT_HTML, REPORT_MD, *sorted(drawn))],
         RELEASE_REPORT_TYPE,
         {
             "generatedAt": generated_at,
@@ -227,6 +240,30 @@ def build(
     lines.append(canonical(release))
     files[STATEMENTS] = ("\n".join(lines) + "\n").encode()
     return files
+
+
+def git_source(root: Path) -> dict[str, Any]:
+    """The commit, an exact tag and whether tracked or untracked-but-not-ignored files differ from it."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.strip() if proc.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "tag": None, "dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=normal")
+    return {
+        "commit": commit,
+        "tag": git("describe", "--tags", "--exact-match", "HEAD") or None,
+        "dirty": None if status is None else bool(status),
+    }
 
 
 def _gate_ok(verdict: dict[str, Any]) -> bool:
@@ -258,7 +295,11 @@ def _contract_entry(root: Path, c: Any) -> dict[str, Any]:
 
 
 def _prediction_entry(
-    root: Path, corpus: Corpus, r: PredictionResult, mutants: list[MutantOutcome]
+    root: Path,
+    corpus: Corpus,
+    r: PredictionResult,
+    mutants: list[MutantOutcome],
+    tests: dict[str, Any],
 ) -> dict[str, Any]:
     p = corpus.predictions[r.id]
     contract = corpus.contract_of(r.id)
@@ -303,7 +344,13 @@ def _prediction_entry(
         "contractDigest": {"sha256": contract.sha256},
         "claim": p.claim,
         "formula": p.formula.source,
+        "domain": plain_json(p.domain),
         "tests": list(r.tests),
+        "skippedTests": [
+            {"test": nid, "reason": scrub(str(tests[nid].get("message", "")), root)}
+            for nid in r.tests
+            if isinstance(tests.get(nid), dict) and tests[nid].get("outcome") == "skipped"
+        ],
         "failingTests": list(r.failing_tests),
         "outcome": r.outcome.value,
         "detail": scrub(r.detail, root),

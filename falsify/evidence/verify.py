@@ -28,7 +28,7 @@ from falsify.evidence import (
     TEST_RESULT_TYPE,
 )
 from falsify.evidence.digests import sha256_bytes, sha256_file
-from falsify.evidence.render import render_html, render_markdown
+from falsify.evidence.render import figures, render_html, render_markdown
 from falsify.evidence.statements import RunResults, build
 from falsify.evidence.tree import EvidenceError, Inputs, configuration_files, source_files, weights_files
 
@@ -189,7 +189,15 @@ def verify(bundle: Path, root: Path) -> Verification:
         return v
     run = RunResults(results, junit_path.read_bytes(), report, ev["mutants"].get("reason", ""))
     try:
-        rebuilt = build(root, inputs, corpus, run, ev["environment"], release["predicate"]["generatedAt"])
+        rebuilt = build(
+            root,
+            inputs,
+            corpus,
+            run,
+            ev["environment"],
+            release["predicate"]["generatedAt"],
+            ev.get("source"),
+        )
     except (EvidenceError, KeyError, ValueError, TypeError, AttributeError, ET.ParseError) as exc:
         v.problems.append(f"{STATEMENTS}: the bundle cannot be rebuilt from its results ({exc})")
         return v
@@ -205,14 +213,16 @@ def verify(bundle: Path, root: Path) -> Verification:
                 )
     # The reports must say what the recorded statements say (the tree's part is checked above, by digest).
     generated = release["predicate"]["generatedAt"]
-    for name, render in ((REPORT_MD, render_markdown), (REPORT_HTML, render_html)):
+    drawn = figures(ev)
+    expected = {
+        REPORT_MD: render_markdown(test_result, evidence, generated, drawn).encode(),
+        REPORT_HTML: render_html(test_result, evidence, generated, drawn).encode(),
+        **{name: svg.encode() for name, (svg, _) in drawn.items()},
+    }
+    for name, data in expected.items():
         path = bundle / name
         named = any(p.startswith(f"{name}:") for p in v.problems)
-        if (
-            path.is_file()
-            and not named
-            and path.read_bytes() != render(test_result, evidence, generated).encode()
-        ):
+        if not named and (not path.is_file() or path.read_bytes() != data):
             v.problems.append(
                 f"{name}: does not say what the statements say (rendered again from them, it differs)"
             )
