@@ -741,3 +741,60 @@ def test_scrub_makes_text_machine_neutral(tmp_path: Path) -> None:
             "tests/test_x.py:3 Model(~/.cache/falsify/tiny-0-v1) <reference.engine.ReferenceEngine object at 0x?> in ."
         ]
     }
+
+
+def test_a_mutmut_report_is_kept_summarised_drawn_and_verified(copy: Path, verify: Verify) -> None:
+    root = copy / "proj"
+    mutmut_report = {
+        "schemaVersion": "2",
+        "thresholds": {"high": 80, "low": 60},
+        "files": {
+            "tinyengine/engine.py": {
+                "language": "python",
+                "source": "",
+                "mutants": [
+                    {
+                        "id": str(i),
+                        "mutatorName": "m",
+                        "status": status,
+                        "location": {"start": {"line": 1, "column": 1}, "end": {"line": 1, "column": 2}},
+                    }
+                    for i, status in enumerate(["Killed"] * 9 + ["Survived", "Timeout", "NoCoverage"])
+                ],
+            }
+        },
+    }
+    (copy / "mutmut.json").write_text(json.dumps(mutmut_report), encoding="utf-8")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text(encoding="utf-8") + "\n[tool.falsify.mutmut]\nkill_rate_floor = 0.7\n",
+        encoding="utf-8",
+    )
+    proc = falsify_cli(
+        root,
+        "evidence",
+        "--out",
+        "with-mutmut",
+        "--engine",
+        ENGINE,
+        "--sources",
+        "tinyengine/**/*.py",
+        "--from",
+        ".falsify/gate",
+        "--mutants-report",
+        str(copy / "stryker.json"),
+        "--mutmut-report",
+        str(copy / "mutmut.json"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ev = statements(root / "with-mutmut")[1]["predicate"]
+    assert ev["mutmut"] == {"killed": 9, "survived": 1, "timeout": 1, "no_tests": 1, "other": 0, "floor": 0.7}
+    svg = (root / "with-mutmut" / "mutmut.svg").read_text(encoding="utf-8")
+    assert "floor 70%" in svg
+    assert "kill rate 75.0%" in (root / "with-mutmut" / REPORT_MD).read_text(encoding="utf-8")
+    assert verify(root, "with-mutmut")[0] == 0
+    # The kept report is pinned: a changed status fails verify naming the file.
+    kept = root / "with-mutmut" / "mutmut-report.json"
+    kept.write_text(kept.read_text(encoding="utf-8").replace('"Survived"', '"Killed"'), encoding="utf-8")
+    code, out = verify(root, "with-mutmut")
+    assert code == 1 and "mutmut-report.json: sha256 changed" in out, out

@@ -14,6 +14,8 @@ A bundle (`falsify evidence --out DIR`):
     results.json            the falsify pytest plugin's per-test results, normalised the same way
     mutation-report.json    the Stryker mutation-testing-report of the mutant run, when one was run
     REPORT.md, report.html  the verdict, one row per prediction, the mutants, the environment
+    mutmut-report.json      with --mutmut-report: the Stryker report of a `falsify mutmut` run, normalised
+    *.svg                   the report's figures (kill matrix, measured vs bound, decode gaps, mutmut)
     evidence.dsse.jsonl     with --sign: one DSSE envelope (Ed25519) per statement line (falsify/evidence/sign.py)
 """
 
@@ -27,5 +29,6 @@ STATEMENTS = "evidence.intoto.jsonl"
 JUNIT = "junit.xml"
 RESULTS = "results.json"
 MUTATION_REPORT = "mutation-report.json"
+MUTMUT_REPORT = "mutmut-report.json"
 REPORT_MD = "REPORT.md"
 REPORT_HTML = "report.html"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from falsify.contracts.corpus import contract_dirs, load_corpus
 from falsify.engines.loading import check_engine, resolve_engine
-from falsify.evidence import MUTATION_REPORT, REPORT_HTML, REPORT_MD, SIGNATURES, STATEMENTS
+from falsify.evidence import MUTATION_REPORT, MUTMUT_REPORT, REPORT_HTML, REPORT_MD, SIGNATURES, STATEMENTS
 from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
 from falsify.evidence.digests import scrub
 from falsify.evidence.mutation import load_report
@@ -92,6 +92,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     )
     p.add_argument("--mutants-report", type=Path, help="Stryker mutation-testing-report JSON of a mutant run")
     p.add_argument(
+        "--mutmut-report",
+        type=Path,
+        help="Stryker report of a `falsify mutmut` run (e.g. .falsify/mutmut/mutation-report.json) to include",
+    )
+    p.add_argument(
         "--no-mutants",
         action="store_true",
         help="do not run the mutants; the bundle says so and the verdict is NO-GO when mutants are declared",
@@ -147,10 +152,11 @@ def run_evidence(args: argparse.Namespace) -> int:
     project = find_project()
     root = project.root
     here = Path.cwd()  # paths on the command line are relative to where it was typed
-    out, from_dir, mutants_report = (
+    out, from_dir, mutants_report, mutmut_path = (
         None if p is None else p if p.is_absolute() else here / p
-        for p in (args.out, args.from_dir, args.mutants_report)
+        for p in (args.out, args.from_dir, args.mutants_report, args.mutmut_report)
     )
+    mutmut_report = load_report(mutmut_path) if mutmut_path is not None else None
     assert out is not None
     signing_key = (
         load_private_key(args.sign if args.sign.is_absolute() else here / args.sign) if args.sign else None
@@ -192,6 +198,7 @@ def run_evidence(args: argparse.Namespace) -> int:
         normalise_junit(junit, root),
         report,
         scrub(reason, root),
+        mutmut_report,
     )
     files = build(root, inputs, corpus, run, environment(), generated_at(), git_source(root))
     changed = sorted(set(before.items()) ^ set(tree_digests(root, inputs).items()))
@@ -202,7 +209,7 @@ def run_evidence(args: argparse.Namespace) -> int:
             "written (run again on a quiet tree)"
         )
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (MUTATION_REPORT, *FIGURE_TITLES):
+    for stale in (MUTATION_REPORT, MUTMUT_REPORT, *FIGURE_TITLES):
         if stale not in files and (out / stale).exists():
             (out / stale).unlink()
     for name, data in files.items():

@@ -22,6 +22,7 @@ from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
     JUNIT,
     MUTATION_REPORT,
+    MUTMUT_REPORT,
     RELEASE_REPORT_TYPE,
     REPORT_HTML,
     REPORT_MD,
@@ -76,6 +77,9 @@ class RunResults:
     junit: bytes  # JUnit XML, durations/timestamp/hostname dropped
     mutation_report: dict[str, Any] | None  # Stryker report, timings dropped; None when no mutant run
     mutants_reason: str  # why there is no mutation report ("" when there is one)
+    mutmut_report: dict[str, Any] | None = (
+        None  # Stryker report of a `falsify mutmut` run; None when not given
+    )
 
 
 def normalise_results(results: dict[str, Any], root: Path, contracts: str) -> dict[str, Any]:
@@ -156,6 +160,9 @@ def build(
     report = normalise(run.mutation_report, root) if run.mutation_report is not None else None
     if report is not None:
         files[MUTATION_REPORT] = pretty(report).encode()
+    mutmut_report = normalise(run.mutmut_report, root) if run.mutmut_report is not None else None
+    if mutmut_report is not None:
+        files[MUTMUT_REPORT] = pretty(mutmut_report).encode()
     reports = [descriptor(name, sha256_bytes(files[name])) for name in sorted(files)]
 
     rows = per_prediction(corpus, run.results)
@@ -209,6 +216,7 @@ def build(
                 "declared": declared,
                 "results": mutant_summary["results"],
             },
+            "mutmut": mutmut_summary(mutmut_report, root) if mutmut_report is not None else None,
             "weights": weights_note,
             "reports": reports,
             "environment": env,
@@ -240,6 +248,32 @@ def build(
     lines.append(canonical(release))
     files[STATEMENTS] = ("\n".join(lines) + "\n").encode()
     return files
+
+
+def mutmut_summary(report: dict[str, Any], root: Path) -> dict[str, Any]:
+    """Counts of a mutmut Stryker report's statuses and the project's kill-rate floor, for the report's figure.
+
+    killed = Killed; survived = Survived; timeout = Timeout; no_tests = NoCoverage; other = anything else.
+    floor: [tool.falsify.mutmut] kill_rate_floor (a fraction, or a percentage above 1) in pyproject.toml, or None.
+    """
+    import tomllib
+
+    names = {"Killed": "killed", "Survived": "survived", "Timeout": "timeout", "NoCoverage": "no_tests"}
+    counts = {"killed": 0, "survived": 0, "timeout": 0, "no_tests": 0, "other": 0}
+    raw_files = report.get("files")
+    files: dict[str, Any] = raw_files if isinstance(raw_files, dict) else {}
+    for entry in files.values():
+        for m in entry.get("mutants", []) if isinstance(entry, dict) else []:
+            counts[names.get(str(m.get("status")) if isinstance(m, dict) else "", "other")] += 1
+    floor = None
+    try:
+        config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+        raw = config.get("tool", {}).get("falsify", {}).get("mutmut", {}).get("kill_rate_floor")
+        if isinstance(raw, int | float) and not isinstance(raw, bool) and 0 <= raw <= 100:
+            floor = raw / 100 if raw > 1 else raw
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        floor = None
+    return {**counts, "floor": floor}
 
 
 def git_source(root: Path) -> dict[str, Any]:

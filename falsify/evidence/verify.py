@@ -20,6 +20,7 @@ from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
     JUNIT,
     MUTATION_REPORT,
+    MUTMUT_REPORT,
     RELEASE_REPORT_TYPE,
     REPORT_HTML,
     REPORT_MD,
@@ -187,7 +188,15 @@ def verify(bundle: Path, root: Path) -> Verification:
     results = _json(results_path, v)
     if results is None:
         return v
-    run = RunResults(results, junit_path.read_bytes(), report, ev["mutants"].get("reason", ""))
+    mutmut_report = None
+    if ev.get("mutmut") is not None:
+        if not (bundle / MUTMUT_REPORT).is_file():
+            v.problems.append(f"{MUTMUT_REPORT}: missing, cannot re-derive the mutmut summary")
+            return v
+        mutmut_report = _json(bundle / MUTMUT_REPORT, v)
+        if mutmut_report is None:
+            return v
+    run = RunResults(results, junit_path.read_bytes(), report, ev["mutants"].get("reason", ""), mutmut_report)
     try:
         rebuilt = build(
             root,
