@@ -30,6 +30,7 @@ COMMANDS = {
     "diff": "falsify.evidence.diff",
     "keygen": "falsify.evidence.cli",
     "sign": "falsify.evidence.cli",
+    "matrix": "falsify.harness.matrix",
 }
 
 HELP = {
@@ -46,6 +47,7 @@ HELP = {
     "diff": "compare two evidence bundles (OLD NEW); exit 1 on a regression",
     "keygen": "write a new Ed25519 key pair for signing evidence (PATH and PATH.pub)",
     "sign": "sign an evidence bundle's statements (DSSE envelopes, Ed25519)",
+    "matrix": "run the gate on several engines; print one table of predictions x engines",
 }
 
 

@@ -25,6 +25,7 @@ REGISTERED = {
     # The reference engine ships as its own distribution (falsify-harness-reference), not in the harness wheel.
     "reference": "reference.engine:ReferenceEngine",
     "hf": "falsify.engines.adapters.hf:HFEngine",
+    "broken": "falsify.engines.adapters.broken:BrokenEngine",
 }
 ENV = "FALSIFY_ENGINE"
 
