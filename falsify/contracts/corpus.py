@@ -70,15 +70,19 @@ class Mutant:
     id: str
     description: str
     file: str
-    function: str
+    function: str  # "" for op text
     op: str
-    statement: str
+    statement: str  # "" for op text
     anchor: str | None
     where: str | None
     replacement: str | None
     kills: tuple[str, ...]
     path: str
     line: int
+    snippet: str | None = None  # op text: the exact text replaced (must occur once)
+    regex: str | None = None  # op text: or a regex that must match once
+    build: str | None = None  # op text: command run in the mutated copy before the falsifiers
+    engine: str | None = None  # op text: the --engine the falsifiers run against in the copy
 
 
 @dataclass(slots=True)
@@ -367,15 +371,19 @@ def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
         d["id"],
         d["description"],
         d["file"],
-        d["function"],
+        d.get("function", ""),
         d["op"],
-        d["statement"],
+        d.get("statement", ""),
         d.get("anchor"),
         d.get("where"),
         d.get("replacement"),
         tuple(d["kills"]),
         doc.file,
         1,
+        d.get("snippet"),
+        d.get("regex"),
+        d.get("build"),
+        d.get("engine"),
     )
 
 

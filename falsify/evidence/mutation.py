@@ -155,16 +155,12 @@ def diff_digest(root: Path, spec: Mutant | None) -> str | None:
     if spec is None:
         return None
     try:
-        from falsify.mutation.semantic.edits import Edit, apply
+        from falsify.mutation.semantic.edits import apply, edit_of
     except ImportError:
         return None
     try:
         source = (root / spec.file).read_text(encoding="utf-8")
-        applied = apply(
-            source,
-            Edit(spec.function, spec.op, spec.statement, spec.anchor, spec.where, spec.replacement),
-            spec.file,
-        )
+        applied = apply(source, edit_of(spec), spec.file)
         return sha256_bytes(applied.diff(spec.file).encode())
     except Exception:
         # A stale or broken mutant (or a tampered file) has no diff; the report's edit stands in.

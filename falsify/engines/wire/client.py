@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -340,9 +340,9 @@ class _Judge:
         self.sampled: int | None = None
         self.request_id: int | None = None
 
-    def violation(self, text: str) -> errors.ProtocolViolation:
+    def violation(self, text: str) -> NoReturn:
         conn = self.session.engine.connection()
-        return conn.fail(errors.ProtocolViolation(f"engine {self.session.engine.spec}: {text}"))  # type: ignore[no-any-return]
+        conn.fail(errors.ProtocolViolation(f"engine {self.session.engine.spec}: {text}"))
 
     def on_engine(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
         if self.request_id is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from falsify.engines.wire import errors
 from falsify.engines.wire.messages import (
@@ -86,7 +86,7 @@ class Connection:
                 problem = schema_problem(method, "result", message["result"])
                 if problem:
                     self.fail(errors.MalformedMessage(f"{self._who()}: {problem}"))
-                return message["result"]  # type: ignore[no-any-return]
+                return message["result"]
 
     def _receive(self, waiting: str, rid: int) -> dict[str, Any]:
         while True:
@@ -121,7 +121,7 @@ class Connection:
         problem = envelope_problem(message)
         if problem:
             self.fail(errors.MalformedMessage(f"{self._who()}: {problem} while {waiting}"))
-        return message  # type: ignore[no-any-return]
+        return message
 
     def _engine_message(self, message: dict[str, Any], on_engine: OnEngine | None, during: str) -> None:
         method, params, mid = message["method"], message["params"], message.get("id")
@@ -160,13 +160,13 @@ class Connection:
         if code == ErrorCode.UNSUPPORTED_PROTOCOL_VERSION:
             self.fail(errors.ProtocolVersionMismatch(f"{self._who()}: {text}"))
         try:
-            name = ErrorCode(code).name
+            name = ErrorCode(code).name if isinstance(code, int) else f"code {code!r}"
         except ValueError:
             name = f"code {code}"
         raise errors.EngineErrorReply(f"{self._who()}: {method} failed: {name}: {text}")
 
     # -- failure and shutdown --------------------------------------------------------------------------------
-    def fail(self, error: errors.WireError) -> Any:
+    def fail(self, error: errors.WireError) -> NoReturn:
         """Remember `error`, stop the engine, raise. Every later request raises the same error."""
         if self.failure is None:
             self.failure = error

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import difflib
 import io
+import re
 import textwrap
 import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -44,6 +45,22 @@ class Edit:
     anchor: str | None = None
     where: str | None = None  # before | after
     replacement: str | None = None
+    snippet: str | None = None  # op text: the exact text replaced, which must occur once
+    regex: str | None = None  # op text: or a regular expression (re.MULTILINE) that must match once
+
+
+def edit_of(mutant: Any) -> Edit:
+    """The Edit a mutant file describes (falsify.contracts.corpus.Mutant)."""
+    return Edit(
+        mutant.function,
+        mutant.op,
+        mutant.statement,
+        mutant.anchor,
+        mutant.where,
+        mutant.replacement,
+        getattr(mutant, "snippet", None),
+        getattr(mutant, "regex", None),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,9 +595,11 @@ class _Rewrite(cst.CSTTransformer):
 def apply(source: str, edit: Edit, path: str = "<source>") -> Applied:
     """The mutated source. Raises StaleMutant when the function, statement or anchor does not match exactly once,
     MutantSpecError when the edit is malformed or its result does not compile."""
+    if edit.op == "text":
+        return apply_text(source, edit, path)
     operator = OPERATORS.get(edit.op)
     if operator is None:
-        raise MutantSpecError(f"unknown op {edit.op!r} (known: {', '.join(OPERATORS)})")
+        raise MutantSpecError(f"unknown op {edit.op!r} (known: {', '.join(OPERATORS)}, text)")
     if operator.needs_anchor and not edit.anchor:
         raise MutantSpecError(f"op {edit.op} needs an anchor")
     if edit.op in ("move", "insert") and edit.where not in ("before", "after"):
@@ -629,3 +648,41 @@ def apply(source: str, edit: Edit, path: str = "<source>") -> Applied:
     if edit.op == "insert":
         return Applied(source, mutated, target.span, None)
     return Applied(source, mutated, target.span, anchor.span if anchor else None)
+
+
+def apply_text(source: str, edit: Edit, path: str = "<source>") -> Applied:
+    """Op text, for a file in any language: replace the one occurrence of `snippet` (or the one match of `regex`)
+    with `replacement`, taken literally. No match or several is STALE, as for the statement ops."""
+    if (edit.snippet is None) == (edit.regex is None):
+        raise MutantSpecError("op text needs exactly one of snippet, regex")
+    if edit.replacement is None:
+        raise MutantSpecError("op text needs a replacement")
+    if edit.snippet is not None:
+        count = source.count(edit.snippet)
+        shown = edit.snippet.strip().splitlines()[0] if edit.snippet.strip() else edit.snippet
+        if count != 1:
+            raise StaleMutant(f"{path}: the snippet occurs {count} times, not once: {shown!r}")
+        start = source.index(edit.snippet)
+        end = start + len(edit.snippet)
+    else:
+        assert edit.regex is not None
+        try:
+            pattern = re.compile(edit.regex, re.MULTILINE)
+        except re.error as exc:
+            raise MutantSpecError(f"regex does not compile: {exc}") from None
+        matches = list(pattern.finditer(source))
+        if len(matches) != 1:
+            raise StaleMutant(f"{path}: the regex matches {len(matches)} times, not once: {edit.regex!r}")
+        start, end = matches[0].span()
+    mutated = source[:start] + edit.replacement + source[end:]
+    if mutated == source:
+        raise MutantSpecError("op text: the replacement equals the text it replaces")
+    return Applied(source, mutated, _text_span(source, start, end), None)
+
+
+def _text_span(source: str, start: int, end: int) -> Span:
+    def at(offset: int) -> tuple[int, int]:
+        line = source.count("\n", 0, offset) + 1
+        return line, offset - (source.rfind("\n", 0, offset) + 1) + 1
+
+    return Span(*at(start), *at(end))

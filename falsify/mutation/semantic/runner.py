@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from typing import Any
 from falsify.contracts.corpus import Corpus, Mutant
 from falsify.harness.command import falsifier_args
 from falsify.harness.results import Outcome, PredictionResult, per_prediction
-from falsify.mutation.semantic import probe
+from falsify.mutation.semantic import edits, probe
 from falsify.mutation.semantic.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
 from falsify.mutation.semantic.scratch import Finished, Interrupted, Scratch
 from falsify.project import Project, find_project
@@ -117,7 +118,7 @@ def module_name(file: str, src_layout: bool = False) -> str:
 
 
 def edit_of(m: Mutant) -> Edit:
-    return Edit(m.function, m.op, m.statement, m.anchor, m.where, m.replacement)
+    return edits.edit_of(m)
 
 
 def available_cores() -> int:
@@ -137,7 +138,8 @@ class Runner:
         self._progress = progress
         self._print_lock = threading.Lock()
         self.src_layout = (project.root / "src").is_dir()
-        self.modules = sorted({self.module_of(m.file) for m in corpus.mutants})
+        # op text edits a program the falsifiers start (its `engine`), not a module they import: no probe for it
+        self.modules = sorted({self.module_of(m.file) for m in corpus.mutants if m.op != "text"})
         self.control: Control | None = None
 
     def module_of(self, file: str) -> str:
@@ -156,6 +158,7 @@ class Runner:
         *,
         timeout: float | None,
         stop_when_red: tuple[str, ...] = (),
+        engine: str | None = None,
     ) -> tuple[Finished, dict[str, Any] | None, dict[str, Any]]:
         rel = lambda p: p.relative_to(self.project.root)  # noqa: E731
         results, probe_out = tree / ".falsify-results.json", tree / ".falsify-probe.json"
@@ -163,7 +166,7 @@ class Runner:
             targets,
             contracts=tree / rel(self.project.contracts),
             results=results,
-            engine=self.settings.engine,
+            engine=engine or self.settings.engine,
             plugins=["falsify.mutation.semantic.probe"],
             extra=["--tb=line", "-o", "addopts="],
         )
@@ -291,6 +294,8 @@ class Runner:
                 span=applied.span,
                 detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill",
             )
+        if m.op == "text":
+            return self._run_text(scratch, m, applied, diff, timeout)
         if self.control.imported.get(self.module_of(m.file)) is None:
             return MutantResult(
                 m,
@@ -350,8 +355,8 @@ class Runner:
             return result(
                 m, MutantOutcome.TIMEOUT, detail=f"the falsifiers ran past {finished.seconds:.0f} s"
             )
-        name = self.module_of(m.file)
-        file = imported.get(name)
+        name = self.module_of(m.file) if m.op != "text" else None
+        file = imported.get(name) if name is not None else None
         if file is not None and Path(file).resolve() != target.resolve():
             return result(
                 m,
@@ -381,7 +386,7 @@ class Runner:
         if red:
             why = "; ".join(f"{r.id}: {r.detail}" for r in rows if r.outcome in RED)
             return result(m, MutantOutcome.KILLED, killed_by, missed, also, outcomes, failing, detail=why)
-        if file is None:
+        if file is None and name is not None:
             detail = f"no selected falsifier imported {name}"
         elif finished.returncode == 1:
             detail = _tail(finished.output, "pytest failed, but no prediction turned red")
@@ -389,6 +394,58 @@ class Runner:
         else:
             detail = f"{len(ran)} falsifiers stayed green"
         return result(m, MutantOutcome.SURVIVED, (), missed, (), outcomes, detail=detail)
+
+    def _run_text(
+        self, scratch: Scratch, m: Mutant, applied: Applied, diff: str, timeout: float
+    ) -> MutantResult:
+        """Op text: the edited file belongs to a program the falsifiers start (`engine`, after `build`), which no
+        import probe sees. So the falsifiers first run on an unmutated copy under that engine, where every
+        prediction in `kills` must pass (the engine is started from the copy: its paths resolve there), then on
+        the mutated copy."""
+        tests = self.selected_tests(m)
+        error = partial(MutantResult, m, MutantOutcome.ERROR, diff=diff, span=applied.span)
+        if not tests:
+            return error(detail="no falsifier is bound to the predictions in `kills`")
+        engine = m.engine or self.settings.engine
+        for stage in ("control", "mutant"):
+            tree = scratch.copy(f"{m.id}-{stage}")
+            try:
+                if stage == "mutant":
+                    (tree / m.file).write_text(applied.mutated, encoding="utf-8")
+                failed = self._build(scratch, m, tree, timeout)
+                if failed:
+                    return error(detail=f"{stage} copy: {failed}")
+                stop = m.kills if stage == "mutant" and not self.settings.full else ()
+                finished, data, probed = self.pytest(
+                    scratch, tree, tests, timeout=timeout, stop_when_red=stop, engine=engine
+                )
+                if stage == "mutant":
+                    return self._judge(m, applied, diff, tests, finished, data, probed, tree / m.file)
+                rows = {r.id: r for r in per_prediction(self.corpus, data)} if data is not None else {}
+                green = [pid for pid in m.kills if pid in rows and rows[pid].outcome is Outcome.PASS]
+                if len(green) != len(m.kills):
+                    why = "; ".join(
+                        f"{pid} is {rows[pid].outcome}: {rows[pid].detail}"
+                        if pid in rows
+                        else f"{pid}: no result"
+                        for pid in m.kills
+                        if pid not in green
+                    )
+                    tail = "" if data is not None else " " + _tail(finished.output, "pytest wrote no results")
+                    return error(detail=f"the unmutated copy under engine {engine} is not green: {why}{tail}")
+            finally:
+                scratch.remove(tree)
+        raise AssertionError("unreachable")
+
+    def _build(self, scratch: Scratch, m: Mutant, tree: Path, timeout: float) -> str | None:
+        """Run the mutant's `build` command in `tree`; a one-line failure, or None."""
+        if not m.build:
+            return None
+        finished = scratch.run(shlex.split(m.build), cwd=tree, env=os.environ.copy(), timeout=timeout)
+        if finished.returncode == 0:
+            return None
+        status = "timed out" if finished.returncode is None else f"exited {finished.returncode}"
+        return _tail(finished.output, f"build `{m.build}` {status}")
 
     # -- everything ---------------------------------------------------------------------------------------------
     def run(self, mutants: list[Mutant]) -> Run:
