@@ -15,8 +15,15 @@ enforces it):
 
 __version__ = "0.1.0"
 
-from falsify.errors import BindingError, ContractError, ContractViolation, FalsifyError, FormulaError
-from falsify.harness.checks import check
+from falsify.errors import (
+    BindingError,
+    ContractError,
+    ContractViolation,
+    FalsifyError,
+    FormulaError,
+    ObservationError,
+)
+from falsify.harness.checks import check, strategies
 from falsify.harness.instruments import CountingCancel, CountingModel, Forward
 
 __all__ = [
@@ -28,5 +35,7 @@ __all__ = [
     "FalsifyError",
     "FormulaError",
     "Forward",
+    "ObservationError",
     "check",
+    "strategies",
 ]

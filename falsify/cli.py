@@ -184,6 +184,12 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
         help="where results.json, junit.xml and gate.json go (default: .falsify/gate)",
     )
     p.add_argument("--junit", type=Path, help="also copy the JUnit XML here")
+    p.add_argument(
+        "--mutants-report",
+        type=Path,
+        help="mutation-report.json of a `falsify mutants` run, for the PROVEN column (default: "
+        ".falsify/mutants/mutation-report.json when present and its mutated files are unchanged)",
+    )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
 
 
@@ -196,7 +202,12 @@ def run_gate(args: argparse.Namespace) -> int:
     project = find_project()
     engine = engine_spec(args, project)
     out = args.out if args.out.is_absolute() else project.root / args.out
-    code = gate(project, engine=engine, out=out, pytest_args=extra, packs=tuple(args.pack))
+    report = args.mutants_report
+    if report is not None and not report.is_absolute():
+        report = Path.cwd() / report
+    code = gate(
+        project, engine=engine, out=out, pytest_args=extra, packs=tuple(args.pack), mutants_report=report
+    )
     if args.junit and (out / "junit.xml").is_file():
         args.junit.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / "junit.xml", args.junit)

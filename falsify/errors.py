@@ -37,6 +37,11 @@ class ContractError(FalsifyError):
         super().__init__("\n".join(str(p) for p in self.problems))
 
 
+class ObservationError(ContractError):
+    """A value given to falsify.check that the contract does not allow: the wrong type, a non-finite float where
+    none is declared, or a domain parameter outside its range. The check is an ERROR, never a PASS."""
+
+
 class FormulaError(FalsifyError):
     """A formula that does not parse, or uses something outside the formula language."""
 

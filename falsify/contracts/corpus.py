@@ -37,10 +37,22 @@ class Prediction:
     mutants: tuple[str, ...]
     file: str
     line: int
+    requires: tuple[str, ...] = ()  # beyond the contract's: capabilities, or `oracle:MODULE`
+    min_checks: int = 1  # non-vacuous checks needed before it can PASS
+    unproven_because: str | None = None  # reviewed reason no mutant turns it red
 
     @property
     def parameters(self) -> tuple[str, ...]:
         return tuple(self.domain)
+
+    @property
+    def oracles(self) -> tuple[str, ...]:
+        """Python packages this prediction's falsifiers need (`requires: [oracle:MODULE]`)."""
+        return tuple(r.partition(":")[2] for r in self.requires if r.startswith("oracle:"))
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return tuple(r for r in self.requires if not r.startswith("oracle:"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +311,9 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
                 tuple(p.get("mutants", ())),
                 doc.file,
                 doc.line(("predictions", i)),
+                tuple(p.get("requires", ())),
+                int(p.get("min_checks", 1)),
+                " ".join(p["unproven_because"].split()) if "unproven_because" in p else None,
             )
         )
     ids = {p["id"] for p in data["predictions"]}

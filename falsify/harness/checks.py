@@ -1,15 +1,31 @@
 """`falsify.check`: evaluate a prediction's formula on observed values. The YAML formula is the single source of
-truth; a test supplies observations, never the logic."""
+truth; a test supplies observations, never the logic.
+
+Every value is checked against the contract before the formula runs: an observable against its declared `type`
+(and `items`, the element type of a list; floats finite unless `allow_nonfinite`), a domain parameter against its
+type, `min`, `max` and `values`, and every non-`optional` parameter must be given. A value the contract does not
+allow raises ObservationError naming the value and the bound: the test is an ERROR, never a PASS.
+
+A check that held is *vacuous* when it held over nothing: every conjunct of the formula quantifies over an empty
+sequence (`all`/`any` of one, a comparison of two, `is_prefix` of one), or every observable given is empty. The
+plugin counts them; a prediction needs `min_checks` non-vacuous checks (default 1) to PASS.
+
+`strategies(prediction_id)` gives hypothesis strategies drawn from a prediction's domain, so tests do not restate
+it.
+"""
 
 from __future__ import annotations
 
+import ast
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from falsify.contracts.corpus import Corpus, Prediction, project_corpus
-from falsify.errors import ContractError, ContractViolation, FormulaError
+from falsify.contracts.formula import Formula, parse
+from falsify.errors import ContractError, ContractViolation, FormulaError, ObservationError
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +33,7 @@ class Observation:
     prediction_id: str
     held: bool
     values: dict[str, Any]
+    vacuous: bool = False  # held over nothing (see the module docstring)
 
 
 # Set by the pytest plugin: where the contracts are (the project's and its packs'), and who records each
@@ -54,7 +71,8 @@ def plain(value: Any) -> Any:
 
 
 def check(prediction_id: str, **observed: Any) -> None:
-    """Raise ContractViolation (an AssertionError) unless the prediction's formula holds on `observed`."""
+    """Raise ContractViolation (an AssertionError) unless the prediction's formula holds on `observed`; raise
+    ObservationError when a value is not what the contract declares."""
     __tracebackhide__ = True
     p = prediction(prediction_id)
     contract = corpus().contract_of(prediction_id)
@@ -65,6 +83,19 @@ def check(prediction_id: str, **observed: Any) -> None:
             f"{prediction_id}: {', '.join(unknown)} not declared in {contract.file}; declared: {', '.join(sorted(declared))}"
         )
     values = {name: plain(v) for name, v in observed.items()}
+    where = f"{p.file}:{p.line}"
+    for name, value in values.items():
+        if name in p.domain:
+            _check_parameter(prediction_id, where, name, value, p.domain[name])
+        else:
+            spec = contract.observables[name]
+            _check_type(prediction_id, where, name, value, spec["type"], spec)
+    absent = [n for n, spec in p.domain.items() if n not in values and not spec.get("optional")]
+    if absent:
+        raise ObservationError(
+            f"{prediction_id}: domain parameter(s) {', '.join(absent)} not given ({where}); every check states "
+            "where in the domain it was made (declare `optional: true` for one that may be absent)"
+        )
     shown = {name: values[name] for name in p.formula.names if name in values}
     try:
         result = p.formula.evaluate(values)
@@ -73,6 +104,141 @@ def check(prediction_id: str, **observed: Any) -> None:
     if not isinstance(result, bool):
         raise ContractError(f"{prediction_id}: formula {p.formula.source!r} gave {result!r}, not a bool")
     if recorder is not None:
-        recorder(Observation(prediction_id, result, values))
+        empty = result and vacuous(p.formula, values, set(contract.observables))
+        recorder(Observation(prediction_id, result, values, empty))
     if not result:
         raise ContractViolation(prediction_id, p.formula.source, shown, contract.id)
+
+
+_TYPES = ("int", "float", "bool", "str", "list")
+
+
+def _type_problem(value: Any, kind: str, nonfinite: bool) -> str | None:
+    """Why `value` is not a `kind`, or None."""
+    if kind == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind == "float":
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and not nonfinite and isinstance(value, float) and not math.isfinite(value):
+            return f"{value!r} is not finite (declare `allow_nonfinite: true` to allow NaN and infinities)"
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind == "str":
+        ok = isinstance(value, str)
+    else:
+        ok = isinstance(value, list)
+    if ok:
+        return None
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    return f"{shown} is a {type(value).__name__}, not {'an' if kind == 'int' else 'a'} {kind}"
+
+
+def _check_type(pid: str, where: str, name: str, value: Any, kind: str, spec: dict[str, Any]) -> None:
+    nonfinite = bool(spec.get("allow_nonfinite"))
+    problem = _type_problem(value, kind, nonfinite)
+    if problem:
+        raise ObservationError(f"{pid}: {name} = {problem} ({where}: declared type {kind})")
+    items = spec.get("items")
+    if kind == "list" and items:
+        for i, element in enumerate(value):
+            problem = _type_problem(element, items, nonfinite)
+            if problem:
+                raise ObservationError(f"{pid}: {name}[{i}] = {problem} ({where}: declared items {items})")
+
+
+def _check_parameter(pid: str, where: str, name: str, value: Any, spec: dict[str, Any]) -> None:
+    if value is None and spec.get("optional"):
+        return
+    _check_type(pid, where, name, value, spec["type"], spec)
+    if "values" in spec and value not in spec["values"]:
+        raise ObservationError(
+            f"{pid}: {name} = {value!r} is outside the domain: allowed values {spec['values']} ({where})"
+        )
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "min" in spec and value < spec["min"]:
+            raise ObservationError(
+                f"{pid}: {name} = {value!r} is below the domain's min {spec['min']} ({where})"
+            )
+        if "max" in spec and value > spec["max"]:
+            raise ObservationError(
+                f"{pid}: {name} = {value!r} is above the domain's max {spec['max']} ({where})"
+            )
+
+
+# -- vacuity --------------------------------------------------------------------------------------------------
+def _empty(value: Any) -> bool:
+    return isinstance(value, list | tuple | str) and len(value) == 0
+
+
+def _sub(node: ast.AST, values: dict[str, Any]) -> Any:
+    """The value of one subexpression, through the formula language itself (never eval)."""
+    return parse(ast.unparse(node)).evaluate(values)
+
+
+def _over_nothing(node: ast.AST, values: dict[str, Any]) -> bool:
+    """`all(x)`/`any(x)`/`is_prefix(x, ...)` of an empty x, `a == b` (or <, !=, ...) of two empty sequences, or
+    `a in x` of an empty x."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return (
+            node.func.id in ("all", "any", "is_prefix")
+            and bool(node.args)
+            and _empty(_sub(node.args[0], values))
+        )
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        right = _sub(node.comparators[0], values)
+        if isinstance(node.ops[0], ast.In | ast.NotIn):
+            return _empty(right)
+        return _empty(right) and _empty(_sub(node.left, values))
+    return False
+
+
+def _quantifies_over_nothing(node: ast.AST, values: dict[str, Any]) -> bool:
+    for sub in ast.walk(node):
+        try:
+            if _over_nothing(sub, values):
+                return True
+        except FormulaError:
+            continue
+    return False
+
+
+def vacuous(formula: Formula, values: dict[str, Any], observables: set[str]) -> bool:
+    """Whether a check that held held over nothing (see the module docstring)."""
+    given = [values[n] for n in formula.names if n in observables and n in values]
+    if given and all(_empty(v) for v in given):
+        return True
+    body = formula.tree.body
+    conjuncts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) else [body]
+    return all(_quantifies_over_nothing(c, values) for c in conjuncts)
+
+
+# -- strategies -----------------------------------------------------------------------------------------------
+def strategies(prediction_id: str) -> dict[str, Any]:
+    """Hypothesis strategies for the prediction's domain parameters, by name: `values` -> sampled_from; int and
+    float -> integers/floats within min/max (finite floats); bool -> booleans; str -> text. An `optional`
+    parameter's strategy draws only present values: the test decides when to leave it out."""
+    from hypothesis import strategies as st
+
+    p = prediction(prediction_id)
+    out: dict[str, Any] = {}
+    for name, spec in p.domain.items():
+        kind = spec["type"]
+        lo, hi = spec.get("min"), spec.get("max")
+        if "values" in spec:
+            out[name] = st.sampled_from(spec["values"])
+        elif kind == "int":
+            out[name] = st.integers(
+                None if lo is None else math.ceil(lo), None if hi is None else math.floor(hi)
+            )
+        elif kind == "float":
+            out[name] = st.floats(lo, hi, allow_nan=False, allow_infinity=False)
+        elif kind == "bool":
+            out[name] = st.booleans()
+        elif kind == "str":
+            out[name] = st.text()
+        else:
+            raise ContractError(
+                f"{prediction_id}: domain parameter {name} is a {kind}; strategies() draws int, float, bool, "
+                "str or `values`"
+            )
+    return out

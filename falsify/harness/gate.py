@@ -12,7 +12,10 @@ from pathlib import Path
 
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
+from falsify.errors import FalsifyError
 from falsify.harness.command import falsifier_args
+from falsify.harness.plugin import NOT_APPLICABLE
+from falsify.harness.proven import PredictionProof, Proof, proofs, red_from_stryker, stale_files, summary
 from falsify.harness.results import Outcome, PredictionResult, load_results, per_prediction
 from falsify.project import Project
 from falsify.table import table
@@ -70,8 +73,38 @@ def lint_project(project: Project, packs: tuple[str, ...] = ()) -> tuple[Corpus,
     return corpus, [str(p) for p in corpus.problems]
 
 
+DEFAULT_MUTANTS_REPORT = Path(".falsify/mutants/mutation-report.json")
+
+
+def mutant_proofs(
+    project: Project, corpus: Corpus, report_path: Path | None
+) -> tuple[dict[str, PredictionProof], str]:
+    """Per-prediction proof from a mutant run's report, and where it came from (or why there is none)."""
+    path = report_path or project.root / DEFAULT_MUTANTS_REPORT
+    if not path.is_file():
+        if report_path is not None:
+            raise FalsifyError(f"--mutants-report {report_path}: no such file")
+        return proofs(corpus, None), f"no mutant run ({DEFAULT_MUTANTS_REPORT} absent; run `falsify mutants`)"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FalsifyError(f"{path}: not a readable mutation report ({exc})") from None
+    if not isinstance(report, dict) or not isinstance(report.get("files"), dict):
+        raise FalsifyError(f"{path}: not a Stryker mutation-testing report (needs files)")
+    stale = stale_files(report, project.root)
+    if stale:
+        return proofs(corpus, None), f"mutant report {path} is stale ({', '.join(stale)} changed since)"
+    return proofs(corpus, red_from_stryker(report)), f"mutant report {path}"
+
+
 def gate(
-    project: Project, *, engine: str, out: Path, pytest_args: list[str], packs: tuple[str, ...] = ()
+    project: Project,
+    *,
+    engine: str,
+    out: Path,
+    pytest_args: list[str],
+    packs: tuple[str, ...] = (),
+    mutants_report: Path | None = None,
 ) -> int:
     corpus, problems = lint_project(project, packs)
     if not corpus.contracts and not problems:
@@ -103,9 +136,10 @@ def gate(
         print(f"gate: FAIL — {len(results['binding_problems'])} binding problem(s); no falsifier was run")
         return 1
     rows = per_prediction(corpus, results)
+    proved, proof_source = mutant_proofs(project, corpus, mutants_report)
     print()
-    print(render(rows))
-    summary, ok = verdict(corpus, rows, results, engine)
+    print(render(rows, proved))
+    summary, ok = verdict(corpus, rows, results, engine, proved)
     (out / "gate.json").write_text(
         json.dumps(
             {
@@ -113,7 +147,17 @@ def gate(
                 "ok": ok,
                 "engine": engine,
                 "pytest_exit": code,
-                "predictions": [asdict(r) for r in rows],
+                "proof_source": proof_source,
+                "predictions": [
+                    asdict(r)
+                    | {
+                        "proven": str(proved[r.id].status),
+                        "red_by": list(proved[r.id].red_by),
+                        "expected_mutants": list(proved[r.id].expected),
+                        "unproven_because": proved[r.id].because,
+                    }
+                    for r in rows
+                ],
             },
             indent=1,
             default=str,
@@ -121,20 +165,25 @@ def gate(
         encoding="utf-8",
     )
     print(summary)
+    print(f"gate: PROVEN from {proof_source}")
+    for pid, proof in proved.items():
+        if proof.status is Proof.EXCUSED:
+            print(f"gate: {pid} unproven because: {proof.because}")
     print(f"gate: JUnit XML in {junit}, results in {results_path}")
     return 0 if ok and code == 0 else 1
 
 
-def render(rows: list[PredictionResult]) -> str:
+def render(rows: list[PredictionResult], proved: dict[str, PredictionProof] | None = None) -> str:
     return table(
-        ["prediction", "contract", "outcome", "tests", "checks", "time", "detail"],
+        ["prediction", "contract", "outcome", "proven", "tests", "checks", "time", "detail"],
         [
             [
                 r.id,
                 r.contract,
                 str(r.outcome),
-                str(len(r.tests)),
-                str(r.checks),
+                proved[r.id].cell if proved and r.id in proved else "?",
+                _tests_cell(r),
+                str(r.checks) + (f" ({r.vacuous} vacuous)" if r.vacuous else ""),
                 f"{r.seconds:.2f}s",
                 _one_line(r.detail),
             ]
@@ -143,18 +192,37 @@ def render(rows: list[PredictionResult]) -> str:
     )
 
 
+def _tests_cell(r: PredictionResult) -> str:
+    text = str(len(r.tests))
+    if r.skipped:
+        text += f" ({r.skipped} skipped)"
+    if r.not_applicable:
+        text += f" ({r.not_applicable} n/a)"
+    return text
+
+
 def _one_line(text: str, limit: int = 90) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def verdict(
-    corpus: Corpus, rows: list[PredictionResult], results: dict[str, object], engine: str
+    corpus: Corpus,
+    rows: list[PredictionResult],
+    results: dict[str, object],
+    engine: str,
+    proved: dict[str, PredictionProof] | None = None,
 ) -> tuple[str, bool]:
+    """One line with every denominator: outcomes, proven, tests run / skipped. PASS needs at least one PASS and
+    no FAIL, ERROR or NOT RUN (a skipped bound test makes its prediction NOT RUN). Proof is counted, not gated
+    here: `falsify evidence` refuses GO on an unproven prediction."""
     counts = Counter(r.outcome for r in rows)
     tests = results.get("tests", {})
     assert isinstance(tests, dict)
     ran = sum(1 for t in tests.values() if t.get("outcome") in ("passed", "failed", "error"))
+    skips = [str(t.get("message", "")) for t in tests.values() if t.get("outcome") == "skipped"]
+    not_applicable = sum(1 for m in skips if m.removeprefix("Skipped: ").startswith(NOT_APPLICABLE))
+    skipped = len(skips) - not_applicable
     ok = (
         counts[Outcome.PASS] > 0
         and not counts[Outcome.FAIL]
@@ -162,8 +230,9 @@ def verdict(
         and not counts[Outcome.NOT_RUN]
     )
     parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in Outcome)
+    proof = f"; {summary(proved)}" if proved else ""
     word = "PASS" if ok else "FAIL"
     return (
-        f"gate: {word} — {len(corpus.contracts)} contracts, {len(rows)} predictions ({parts}), "
-        f"{ran} tests run of {len(tests)}, engine {engine}"
+        f"gate: {word} — {len(corpus.contracts)} contracts, {len(rows)} predictions ({parts}){proof}; "
+        f"{ran} tests run of {len(tests)}, {skipped} skipped, {not_applicable} not applicable; engine {engine}"
     ), ok

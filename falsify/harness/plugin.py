@@ -192,12 +192,18 @@ class FalsifyPlugin:
         corpus = self.load()
         narrowed = marked_requires(item)
         for pid in ids:
-            needs = corpus.contract_of(pid).requires
+            prediction = corpus.predictions[pid]
+            needs = [*corpus.contract_of(pid).requires, *prediction.capabilities]
             for capability in needs if narrowed is None else [c for c in needs if c in narrowed]:
                 engine = self.engine()
                 reason = engine.supports(capability)
                 if reason:
                     pytest.skip(f"{NOT_APPLICABLE}{pid} needs {capability!r}: {reason}")
+            for oracle in prediction.oracles:
+                if not _importable(oracle):
+                    pytest.skip(
+                        f"{NOT_APPLICABLE}{pid} needs oracle {oracle!r}: not installed (tox -e oracle runs it)"
+                    )
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -285,6 +291,15 @@ class FalsifyPlugin:
         Path(path).write_text(json.dumps(payload, indent=1, sort_keys=True, default=repr), encoding="utf-8")
 
 
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def marked_ids(item: pytest.Item) -> list[str]:
     ids: list[str] = []
     for mark in item.iter_markers("falsifies"):
@@ -324,10 +339,12 @@ def _summarise(observations: list[Observation]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for ob in observations:
         entry = out.setdefault(
-            ob.prediction_id, {"checks": 0, "held": 0, "failed_values": None, "last_values": None}
+            ob.prediction_id,
+            {"checks": 0, "held": 0, "vacuous": 0, "failed_values": None, "last_values": None},
         )
         entry["checks"] += 1
         entry["held"] += int(ob.held)
+        entry["vacuous"] += int(ob.held and ob.vacuous)
         values = {k: _clip(v) for k, v in ob.values.items()}
         entry["last_values"] = values
         if not ob.held and entry["failed_values"] is None:

@@ -20,8 +20,10 @@ class Outcome(StrEnum):
     NOT_APPLICABLE = "NOT APPLICABLE"
 
 
-# When a prediction's tests disagree, the worst outcome wins, in this order.
-_SEVERITY = [Outcome.FAIL, Outcome.ERROR, Outcome.PASS, Outcome.NOT_APPLICABLE, Outcome.NOT_RUN]
+# When a prediction's tests disagree, the worst outcome wins, in this order: a skipped (or otherwise not run)
+# bound test outranks PASS, so a prediction is PASS only when every bound test that applies ran and checked it.
+# A test NOT APPLICABLE by name (a capability or oracle the prediction declares) does not.
+_SEVERITY = [Outcome.FAIL, Outcome.ERROR, Outcome.NOT_RUN, Outcome.PASS, Outcome.NOT_APPLICABLE]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,9 @@ class PredictionResult:
     checks: int
     detail: str  # why, for anything but PASS: the failure message, the skip reason
     values: dict[str, Any] | None  # the observed values of a failing check, else of the last check
+    skipped: int = 0  # bound tests skipped or not run (NOT APPLICABLE ones aside)
+    not_applicable: int = 0  # bound tests NOT APPLICABLE by name
+    vacuous: int = 0  # checks that held over nothing (falsify.check: all/any/comparisons of empty sequences)
 
 
 def load_results(path: Path) -> dict[str, Any]:
@@ -57,12 +62,25 @@ def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionRe
                 checks += ob["checks"] if ob else 0
                 seconds += r.get("duration", 0.0)
                 seen.append((*_test_outcome(p.id, r, ob), nid, _values(ob)))
+            vacuous = sum(
+                (tests[nid].get("observations", {}).get(p.id) or {}).get("vacuous", 0) for nid in bound
+            )
             result: tuple[Outcome, str, str, dict[str, Any] | None]
             if not seen:
                 result = (Outcome.NOT_RUN, "no bound test ran", "", None)
             else:
                 result = min(seen, key=lambda s: _SEVERITY.index(s[0]))
             outcome, detail, _, values = result
+            skipped = sum(1 for o, *_ in seen if o is Outcome.NOT_RUN)
+            not_applicable = sum(1 for o, *_ in seen if o is Outcome.NOT_APPLICABLE)
+            if outcome is Outcome.NOT_RUN and seen:
+                detail = f"{skipped} of {len(seen)} bound tests not run; first: {detail}"
+            if outcome is Outcome.PASS and checks - vacuous < p.min_checks:
+                outcome = Outcome.NOT_RUN
+                detail = (
+                    f"vacuous: {checks - vacuous} non-vacuous of {checks} checks, needs {p.min_checks} "
+                    "(the others held over an empty sequence)"
+                )
             failing = tuple(nid for o, _, nid, _ in seen if o in (Outcome.FAIL, Outcome.ERROR))
             out.append(
                 PredictionResult(
@@ -75,6 +93,9 @@ def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionRe
                     checks,
                     "" if outcome is Outcome.PASS else detail,
                     values,
+                    skipped,
+                    not_applicable,
+                    vacuous,
                 )
             )
     return out

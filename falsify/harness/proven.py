@@ -1,0 +1,118 @@
+"""Which predictions are shown able to fail: PROVEN when some planted bug (a semantic mutant) turned it red.
+
+A falsifier that no mutant has ever turned red may be unable to fail at all; its PASS proves nothing. For each
+prediction the mutants that must turn it red are its contract's `mutants:` and every mutant file whose `kills`
+names it (lint keeps the two in step). After a mutant run, the predictions each mutant actually turned red come
+from the run itself or from its Stryker report, whose statusReason `falsify mutants` writes as
+"red: P1, P2; ...". A prediction is
+
+    PROVEN        some mutant turned it red;
+    UNPROVEN      none did (or none is listed): GO is refused unless the contract gives `unproven_because:`;
+    EXCUSED       unproven, with the contract's reviewed `unproven_because:` shown beside it;
+    NOT MEASURED  no mutant run to judge by (or its report is stale: the mutated files changed since).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from falsify.contracts.corpus import Corpus
+
+
+class Proof(StrEnum):
+    PROVEN = "PROVEN"
+    UNPROVEN = "UNPROVEN"
+    EXCUSED = "EXCUSED"
+    NOT_MEASURED = "NOT MEASURED"
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionProof:
+    id: str
+    status: Proof
+    expected: tuple[str, ...]  # mutants that must turn it red (contract `mutants:` and mutant files' `kills`)
+    red_by: tuple[str, ...]  # mutants that did, in the run judged
+    because: str | None  # the contract's `unproven_because:`
+
+    @property
+    def cell(self) -> str:
+        """The gate table's PROVEN cell."""
+        if self.status is Proof.PROVEN:
+            return f"yes ({len(self.red_by)})"
+        if self.status is Proof.EXCUSED:
+            return "no: reviewed"
+        if self.status is Proof.UNPROVEN:
+            return "NO" if self.expected else "NO (no mutant)"
+        return "?"
+
+
+def expected_killers(corpus: Corpus, prediction_id: str) -> tuple[str, ...]:
+    p = corpus.predictions[prediction_id]
+    listed = set(p.mutants) | {m.id for m in corpus.mutants if prediction_id in m.kills}
+    return tuple(sorted(listed))
+
+
+def proofs(corpus: Corpus, red: Mapping[str, Iterable[str]] | None) -> dict[str, PredictionProof]:
+    """red: mutant id -> the predictions it turned red, from a mutant run; None when there was none."""
+    by_prediction: dict[str, list[str]] = {}
+    for mutant, predictions in (red or {}).items():
+        for pid in predictions:
+            by_prediction.setdefault(pid, []).append(mutant)
+    out = {}
+    for pid, p in corpus.predictions.items():
+        killers = tuple(sorted(by_prediction.get(pid, ())))
+        if red is None:
+            status = Proof.NOT_MEASURED
+        elif killers:
+            status = Proof.PROVEN
+        elif p.unproven_because:
+            status = Proof.EXCUSED
+        else:
+            status = Proof.UNPROVEN
+        out[pid] = PredictionProof(pid, status, expected_killers(corpus, pid), killers, p.unproven_because)
+    return out
+
+
+def summary(proved: Mapping[str, PredictionProof], among: Iterable[str] | None = None) -> str:
+    """ "31 proven, 2 excused, 8 unproven" over `among` (default: all), or "proven: not measured (...)"."""
+    chosen = [proved[pid] for pid in (among if among is not None else proved)]
+    if chosen and all(p.status is Proof.NOT_MEASURED for p in chosen):
+        return "proven not measured (no current mutant run)"
+    counts = {s: sum(1 for p in chosen if p.status is s) for s in Proof}
+    text = f"{counts[Proof.PROVEN]} proven"
+    if counts[Proof.EXCUSED]:
+        text += f", {counts[Proof.EXCUSED]} unproven with a reviewed reason"
+    if counts[Proof.UNPROVEN]:
+        text += f", {counts[Proof.UNPROVEN]} UNPROVEN"
+    return text
+
+
+def red_from_stryker(report: Mapping[str, Any]) -> dict[str, set[str]]:
+    """mutant id -> predictions it turned red, from the statusReason lines of a `falsify mutants` report."""
+    red: dict[str, set[str]] = {}
+    for entry in (report.get("files") or {}).values():
+        for m in entry.get("mutants", []) or []:
+            mid = str(m.get("id", ""))
+            red[mid] = set()
+            if m.get("status") != "Killed":
+                continue
+            first = str(m.get("statusReason", "")).split("\n", 1)[0]
+            if first.startswith("red: "):
+                names = first[len("red: ") :].split(";", 1)[0].split(",")
+                red[mid] = {n.strip() for n in names if n.strip().startswith("FALSIFY-")}
+    return red
+
+
+def stale_files(report: Mapping[str, Any], root: Path) -> list[str]:
+    """Files of the report whose source (as the report recorded it) differs from the tree's now."""
+    changed = []
+    for name, entry in sorted((report.get("files") or {}).items()):
+        source = entry.get("source")
+        path = root / name
+        if not isinstance(source, str) or not path.is_file() or path.read_text(encoding="utf-8") != source:
+            changed.append(name)
+    return changed

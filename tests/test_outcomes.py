@@ -1,0 +1,143 @@
+"""A prediction's outcome comes from all its bound tests: a skipped one makes it NOT RUN (never PASS), a prediction
+needing a missing oracle is NOT APPLICABLE by name, and one whose checks all held over nothing is NOT RUN
+(vacuous). Real pytest sessions (pytester) read back through the gate's own per_prediction and verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from falsify.contracts.corpus import load_corpus
+from falsify.harness.gate import verdict
+from falsify.harness.results import Outcome, per_prediction
+
+CONTRACT = """\
+contract: demo-v1
+version: 1.0.0
+title: Demo
+description: Demo contract for outcome tests.
+references: [https://example.org]
+observables:
+  emitted: {meaning: tokens emitted, type: int}
+  gaps: {meaning: gaps between decode steps, type: list, items: int}
+predictions:
+  - id: FALSIFY-DEMO-001
+    claim: at most 8 tokens
+    formula: emitted <= 8
+    domain: {}
+    if_fails: too many
+  - id: FALSIFY-DEMO-002
+    claim: every gap is 1
+    formula: gaps == [1] * len(gaps)
+    domain: {}
+    if_fails: a stall
+    min_checks: 2
+  - id: FALSIFY-DEMO-003
+    claim: the oracle agrees
+    formula: emitted == 3
+    domain: {}
+    requires: ["oracle:no_such_oracle_pkg"]
+    if_fails: the oracle disagrees
+"""
+
+TESTS = """\
+import falsify, pytest
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001")
+def test_runs():
+    falsify.check("FALSIFY-DEMO-001", emitted=3)
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001")
+def test_needs_something():
+    {second}
+    falsify.check("FALSIFY-DEMO-001", emitted=4)
+
+@pytest.mark.falsifies("FALSIFY-DEMO-002")
+@pytest.mark.parametrize("gaps", {gaps})
+def test_gaps(gaps):
+    falsify.check("FALSIFY-DEMO-002", gaps=gaps)
+
+@pytest.mark.falsifies("FALSIFY-DEMO-003")
+def test_against_the_oracle():
+    falsify.check("FALSIFY-DEMO-003", emitted=3)
+"""
+
+
+def run(pytester: pytest.Pytester, *, second: str = "pass", gaps: str = "[[1, 1], [1]]") -> dict:
+    pytester.makefile(".ini", pytest="[pytest]\nfalsify_contracts = contracts\n")
+    (pytester.path / "contracts").mkdir(exist_ok=True)
+    (pytester.path / "contracts" / "demo-v1.yaml").write_text(CONTRACT)
+    pytester.makepyfile(test_demo=TESTS.format(second=second, gaps=gaps))
+    out = pytester.path / "results.json"
+    pytester.runpytest("--falsify-results", str(out), "-p", "no:cacheprovider")
+    results = json.loads(out.read_text())
+    corpus = load_corpus([Path(pytester.path / "contracts")])
+    rows = {r.id: r for r in per_prediction(corpus, results)}
+    line, ok = verdict(corpus, list(rows.values()), results, "reference")
+    return {"rows": rows, "verdict": line, "ok": ok}
+
+
+def test_all_run_and_hold(pytester: pytest.Pytester) -> None:
+    got = run(pytester)
+    rows = got["rows"]
+    assert rows["FALSIFY-DEMO-001"].outcome is Outcome.PASS
+    assert rows["FALSIFY-DEMO-002"].outcome is Outcome.PASS
+    assert got["ok"], got["verdict"]
+
+
+def test_one_skipped_bound_test_makes_the_prediction_not_run(pytester: pytest.Pytester) -> None:
+    got = run(pytester, second="pytest.skip('needs an optional package')")
+    row = got["rows"]["FALSIFY-DEMO-001"]
+    assert row.outcome is Outcome.NOT_RUN and row.skipped == 1
+    assert row.detail.startswith("1 of 2 bound tests not run; first: skipped: needs an optional package")
+    assert not got["ok"]
+    assert "gate: FAIL" in got["verdict"] and "1 skipped, 1 not applicable" in got["verdict"]
+
+
+def test_a_missing_oracle_is_not_applicable_by_name(pytester: pytest.Pytester) -> None:
+    row = run(pytester)["rows"]["FALSIFY-DEMO-003"]
+    assert row.outcome is Outcome.NOT_APPLICABLE
+    assert (
+        row.detail
+        == "FALSIFY-DEMO-003 needs oracle 'no_such_oracle_pkg': not installed (tox -e oracle runs it)"
+    )
+
+
+def test_checks_over_nothing_are_vacuous_and_min_checks_counts_the_rest(pytester: pytest.Pytester) -> None:
+    got = run(pytester, gaps="[[], [], [1]]")  # min_checks 2, only one check saw a gap
+    row = got["rows"]["FALSIFY-DEMO-002"]
+    assert (row.outcome, row.checks, row.vacuous) == (Outcome.NOT_RUN, 3, 2)
+    assert row.detail.startswith("vacuous: 1 non-vacuous of 3 checks, needs 2")
+    assert not got["ok"]
+
+
+def test_the_gate_exits_non_zero_when_a_bound_test_is_skipped(pytester: pytest.Pytester) -> None:
+    """`falsify gate` on a scratch project where one bound test skips: NOT RUN, exit 1."""
+    pytester.makefile(".toml", pyproject='[tool.falsify]\ncontracts = "contracts"\ntests = "tests"\n')
+    (pytester.path / "contracts").mkdir()
+    (pytester.path / "contracts" / "demo-v1.yaml").write_text(CONTRACT)
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "test_demo.py").write_text(
+        TESTS.format(second="pytest.skip('oracle missing')", gaps="[[1, 1]]")
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "falsify.cli", "gate", "--out", str(pytester.path / "out")],
+        cwd=pytester.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    gate = json.loads((pytester.path / "out" / "gate.json").read_text())
+    rows = {r["id"]: r for r in gate["predictions"]}
+    assert rows["FALSIFY-DEMO-001"]["outcome"] == "NOT RUN"
+    assert rows["FALSIFY-DEMO-003"]["outcome"] == "NOT APPLICABLE"
+    assert "1 skipped, 1 not applicable" in proc.stdout and "gate: FAIL" in proc.stdout
