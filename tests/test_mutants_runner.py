@@ -170,6 +170,29 @@ def test_stale_survived_and_partly_killed_mutants(toy: Path) -> None:
     assert_untouched(toy, before)
 
 
+def test_kill_lists_are_enforced_by_default_and_lenient_opts_out(toy: Path) -> None:
+    # poll-deleted also claims FALSIFY-TOY-002, which it cannot break (forwards still equal emitted).
+    add_mutant(toy, "poll-deleted", "FALSIFY-TOY-002", "")
+    (toy / "mutants" / "poll-deleted.yaml").write_text(
+        "id: poll-deleted\ndescription: never polled\nfile: toy/loop.py\nfunction: generate\nop: delete\n"
+        'statement: "if budget.cancelled():"\nkills: [FALSIFY-TOY-001, FALSIFY-TOY-002]\n',
+        encoding="utf-8",
+    )
+    commit(toy)
+    enforced = falsify(toy, "poll-deleted")
+    assert enforced.returncode == 1, enforced.stdout + enforced.stderr
+    assert "mutants: FAIL (kill lists enforced; --lenient to accept) — 1 mutants: 1 killed" in enforced.stdout
+    # which predictions the run proved able to fail, the others named
+    assert "mutants: 3 predictions: 1 proven, 2 UNPROVEN by this run" in enforced.stdout
+    assert (
+        "UNPROVEN FALSIFY-TOY-002: listed mutants poll-after-forward, poll-deleted did not turn it red"
+        in (enforced.stdout)
+    )
+    lenient = falsify(toy, "poll-deleted", "--lenient")
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+    assert "mutants: PASS — 1 mutants: 1 killed" in lenient.stdout
+
+
 def test_a_mutant_that_hangs_times_out(toy: Path) -> None:
     add_mutant(
         toy,

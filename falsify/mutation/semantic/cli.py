@@ -1,7 +1,13 @@
 """`falsify mutants`: apply each semantic mutant in a scratch copy; every one must be killed.
 
-Exit codes: 0 every mutant killed (or timed out); 1 a mutant SURVIVED, is STALE or ERROR, the control is red, or
-lint failed; 2 no mutant to run, no project, or an engine that cannot be loaded; 130 interrupted (the scratch copies are gone, the working tree untouched).
+A mutant counts as killed only when every prediction its file lists in `kills` turned red (the kill list is
+enforced; `--lenient` accepts a kill by any of them). The run also says which predictions it proved able to fail:
+PROVEN (some mutant turned it red), UNPROVEN (none did), with the contracts' reviewed `unproven_because:`.
+
+Exit codes: 0 every mutant killed (or timed out) by its whole kill list; 1 a mutant SURVIVED, is STALE or ERROR,
+was killed by only part of its kill list (unless --lenient), the control is red, or lint failed; 2 no mutant to
+run, no project, or an engine that cannot be loaded; 130 interrupted (the scratch copies are gone, the working
+tree untouched).
 """
 
 from __future__ import annotations
@@ -56,10 +62,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="start a new interpreter per pytest run instead of forking from a warm one",
     )
     p.add_argument(
-        "--strict",
+        "--lenient",
         action="store_true",
-        help="also fail when a mutant is killed but not by every prediction its file lists",
+        help="accept a mutant killed by only part of its `kills` list (by default every listed prediction "
+        "must turn red)",
     )
+    # The kill list used to be enforced only with --strict; it is the default now, and --strict is accepted
+    # so that old command lines keep working.
+    p.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--out",
         type=Path,
@@ -117,9 +127,12 @@ def run(args: argparse.Namespace) -> int:
     out = args.out if args.out.is_absolute() else project.root / args.out
     json_path, html_path = report.write(result, out)
     summary, ok = report.verdict(result)
-    if args.strict and any(r.partly for r in result.results):
+    partly = [r.mutant.id for r in result.results if r.partly]
+    if partly and not args.lenient:
         ok = False
-        summary = summary.replace("mutants: PASS", "mutants: FAIL (--strict)")
+        summary = summary.replace("mutants: PASS", "mutants: FAIL (kill lists enforced; --lenient to accept)")
+    print()
+    print(report.proof_lines(result))
     print()
     print(summary)
     print(f"mutants: report in {json_path} and {html_path}")

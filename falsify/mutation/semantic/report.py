@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from falsify import __version__
+from falsify.harness.proven import Proof, proofs
+from falsify.harness.proven import summary as proof_summary
 from falsify.harness.results import Outcome
 from falsify.mutation import stryker
 from falsify.mutation.semantic.runner import FAILING, MutantOutcome, MutantResult, Run
@@ -81,6 +83,31 @@ def kill_matrix(run: Run) -> str:
         rows.append([pid, *cells])
     legend = "\n".join(f"  M{i} = {r.mutant.id} ({r.outcome})" for i, r in enumerate(results, 1))
     return f"{table(header, rows)}\n{legend}\n  {LEGEND}"
+
+
+def red_by_mutant(run: Run) -> dict[str, set[str]]:
+    """mutant id -> predictions it turned red (killed mutants only; a timeout proves nothing red)."""
+    return {
+        r.mutant.id: set(r.killed_by) | set(r.also_red) if r.outcome is MutantOutcome.KILLED else set()
+        for r in run.results
+    }
+
+
+def proof_lines(run: Run) -> str:
+    """Which predictions this run proved able to fail, with the unproven ones named."""
+    proved = proofs(run.corpus, red_by_mutant(run))
+    lines = [f"mutants: {len(proved)} predictions: {proof_summary(proved)} by this run"]
+    for pid, proof in proved.items():
+        if proof.status is Proof.UNPROVEN:
+            why = (
+                f"listed mutants {', '.join(proof.expected)} did not turn it red"
+                if proof.expected
+                else "no mutant lists it"
+            )
+            lines.append(f"  UNPROVEN {pid}: {why}")
+        elif proof.status is Proof.EXCUSED:
+            lines.append(f"  unproven {pid} (reviewed): {proof.because}")
+    return "\n".join(lines)
 
 
 def verdict(run: Run) -> tuple[str, bool]:
