@@ -129,11 +129,15 @@ def test_an_empty_quantification_is_recorded_vacuous(typed: Seen) -> None:
     assert typed[-1].vacuous is False  # a failure is never vacuous
 
 
-def test_vacuity_needs_every_conjunct_empty() -> None:
+def test_one_conjunct_over_nothing_makes_the_check_vacuous() -> None:
     from falsify.contracts.formula import parse
 
-    both = parse("positions == range(a, a + e - 1) and stop == 1")
-    assert not checks.vacuous(both, {"positions": [], "a": 3, "e": 1, "stop": 1}, {"positions", "stop"})
+    both = parse("gaps == [1] * len(gaps) and max_wait < streams")  # PREFILL-009's shape
+    assert checks.vacuous(both, {"gaps": [], "max_wait": 0, "streams": 2}, {"gaps", "max_wait", "streams"})
+    assert not checks.vacuous(
+        both, {"gaps": [1], "max_wait": 0, "streams": 2}, {"gaps", "max_wait", "streams"}
+    )
+    assert checks.vacuous(parse("s not in t[:-1] and s == 1"), {"s": 1, "t": [1]}, {"s", "t"})
     alone = parse("positions == range(a, a + e - 1)")
     assert checks.vacuous(alone, {"positions": [], "a": 3, "e": 1}, {"positions"})
     assert checks.vacuous(parse("all(xs)"), {"xs": []}, {"xs"})

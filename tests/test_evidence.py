@@ -77,6 +77,7 @@ FILES = {
             formula: extra_ops <= 0
             domain: {}
             if_fails: the engine does work it throws away
+            unproven_because: the tiny engine has no operation counter a planted bug could inflate yet
         costs:
           - {name: extra_ops, formula: extra_ops <= 0, per: add, unit: ops, checked_by: FALSIFY-TINY-ADD-002}
         """,
@@ -660,6 +661,61 @@ def test_verdict_denominators() -> None:
     assert not_run["reasons"] == ["mutants not run (1 declared): runner absent"]
     assert "mutants NOT RUN (1 declared, 0 killed)" in not_run["summary"]
     assert decide(["PASS"], clean, {"run": False, "declared": []})["decision"] == "GO"
+
+
+def test_go_needs_every_applicable_prediction_proven_or_excused() -> None:
+    from falsify.evidence.verdict import decide
+
+    clean = {"tests": 3, "failures": 0, "errors": 0, "skipped": 0}
+    ran = {"run": True, "declared": ["m1"], "results": [{"id": "m1", "status": "Killed"}]}
+
+    def proof(outcome: str, proven: str, because: str | None = None) -> dict[str, Any]:
+        return {"outcome": outcome, "proven": proven, "because": because}
+
+    go = decide(
+        ["PASS", "PASS", "NOT APPLICABLE"],
+        clean,
+        ran,
+        {
+            "P1": proof("PASS", "PROVEN"),
+            "P2": proof("PASS", "EXCUSED", "reviewed: no mutant can reach it"),
+            "P3": proof("NOT APPLICABLE", "UNPROVEN"),  # not applicable here: not held against GO
+        },
+    )
+    assert go["decision"] == "GO", go["reasons"]
+    assert "; 1 of 2 proven, 1 unproven with a reviewed reason;" in go["summary"]
+    assert go["proof"] == {"measured": True, "applicable": 2, "proven": 1, "excused": ["P2"], "unproven": []}
+    nogo = decide(
+        ["PASS", "PASS"], clean, ran, {"P1": proof("PASS", "PROVEN"), "P2": proof("PASS", "UNPROVEN")}
+    )
+    assert nogo["decision"] == "NO-GO"
+    assert nogo["reasons"] == [
+        "1 of 2 applicable predictions UNPROVEN (no mutant turned them red; no reviewed unproven_because): P2"
+    ]
+    # zero mutants is not a GO: nothing is shown able to fail
+    none = decide(["PASS"], clean, {"run": False, "declared": []}, {"P1": proof("PASS", "NOT MEASURED")})
+    assert none["decision"] == "NO-GO" and "no mutant run" in none["reasons"][0]
+
+
+def test_evidence_is_no_go_when_a_mutant_file_is_deleted(copy: Path) -> None:
+    """Done-when of issue 12: a scratch copy with one mutant file (and its listing) removed is NO-GO, naming the
+    prediction no mutant proves any more. The real gate and mutant runner run on the tiny project."""
+    pytest.importorskip("libcst", reason="the mutant runner needs libcst (extra `mutants`)")
+    root = copy / "proj"
+    sources = ("--engine", ENGINE, "--sources", "tinyengine/**/*.py")
+    go = falsify_cli(root, "evidence", "--out", "full", *sources)
+    assert go.returncode == 0, go.stdout + go.stderr
+    assert (
+        "GO — 2 of 2 predictions passed (0 not applicable); 1 of 2 proven, 1 unproven with a reviewed"
+        in go.stdout
+    )
+    (root / "mutants" / "add-off-by-one.yaml").unlink()
+    contract = root / "contracts" / "tiny-add-v1.yaml"
+    contract.write_text(contract.read_text().replace("    mutants: [add-off-by-one]\n", ""))
+    nogo = falsify_cli(root, "evidence", "--out", "full", *sources)
+    assert nogo.returncode == 1, nogo.stdout + nogo.stderr
+    assert "NO-GO" in nogo.stdout
+    assert "1 of 2 applicable predictions UNPROVEN" in nogo.stdout and "FALSIFY-TINY-ADD-001" in nogo.stdout
 
 
 def test_killed_predictions_come_from_the_runners_status_reason(

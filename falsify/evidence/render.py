@@ -143,9 +143,14 @@ def _costs(costs: list[dict[str, Any]]) -> str:
 
 
 def _killed(p: dict[str, Any]) -> str:
-    """The mutants this prediction turned red; "not run" when its listed mutants were not run, never "none"."""
+    """The mutants this prediction turned red; "not run" when its listed mutants were not run, never "none";
+    UNPROVEN when none did, or the contract's reviewed reason."""
     if p["mutantsKilled"]:
         return ", ".join(m["id"] for m in p["mutantsKilled"])
+    if p.get("proven") == "EXCUSED":
+        return f"unproven (reviewed): {p.get('unprovenBecause', '')}"
+    if p.get("proven") == "UNPROVEN":
+        return "UNPROVEN" + (" (no mutant listed)" if not p["mutants"] else "")
     if not p["mutants"]:
         return "—"
     return "not run" if all(m["status"] == "NOT RUN" for m in p["mutants"]) else "none"

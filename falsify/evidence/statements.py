@@ -51,6 +51,7 @@ from falsify.evidence.tree import (
     weights_files,
 )
 from falsify.evidence.verdict import decide, junit_totals
+from falsify.harness.proven import PredictionProof, proofs
 from falsify.harness.results import PredictionResult, per_prediction
 
 # Packages whose versions the environment block names: the harness, the engine's numerics, the oracles.
@@ -174,7 +175,16 @@ def build(
         "declared": declared,
         "results": [m.as_json() for m in mutants],
     }
-    verdict = decide([r.outcome.value for r in rows], junit_totals(run.junit), mutant_summary)
+    proved = proofs(corpus, {m.id: m.killed for m in mutants} if report is not None else None)
+    proof_input = {
+        r.id: {
+            "outcome": r.outcome.value,
+            "proven": proved[r.id].status.value,
+            "because": proved[r.id].because,
+        }
+        for r in rows
+    }
+    verdict = decide([r.outcome.value for r in rows], junit_totals(run.junit), mutant_summary, proof_input)
 
     weights, weights_note = weights_files(root, inputs.engine)
     subjects = digest_files(root, [(name, "engine-source") for name in source_files(root, inputs.sources)])
@@ -209,7 +219,9 @@ def build(
             "verdict": verdict,
             "contracts": [_contract_entry(root, c) for c in corpus.contracts],
             "source": source if source is not None else {"commit": None, "tag": None, "dirty": None},
-            "predictions": [_prediction_entry(root, corpus, r, mutants, tests) for r in rows],
+            "predictions": [
+                _prediction_entry(root, corpus, r, mutants, tests) | _proof_entry(proved[r.id]) for r in rows
+            ],
             "mutants": {
                 "run": mutant_summary["run"],
                 "reason": run.mutants_reason,
@@ -298,6 +310,13 @@ def git_source(root: Path) -> dict[str, Any]:
         "tag": git("describe", "--tags", "--exact-match", "HEAD") or None,
         "dirty": None if status is None else bool(status),
     }
+
+
+def _proof_entry(proof: PredictionProof) -> dict[str, Any]:
+    entry: dict[str, Any] = {"proven": proof.status.value, "expectedMutants": list(proof.expected)}
+    if proof.because:
+        entry["unprovenBecause"] = proof.because
+    return entry
 
 
 def _gate_ok(verdict: dict[str, Any]) -> bool:

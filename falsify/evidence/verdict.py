@@ -4,7 +4,10 @@ GO needs all of:
 - every prediction PASS (NOT APPLICABLE allowed, at least one PASS), as `falsify gate` requires;
 - the JUnit XML shows no failure and no error (a collection error fails here even if no prediction did);
 - the mutant run happened, killed (or timed out) every mutant it ran, and ran every declared mutant. A declared
-  mutant that was not run is never counted as killed: mutants not run is NO-GO, said so in the verdict.
+  mutant that was not run is never counted as killed: mutants not run is NO-GO, said so in the verdict;
+- every applicable prediction is PROVEN (some mutant turned it red), or its contract gives a reviewed
+  `unproven_because:` (shown on the report). A prediction no mutant turned red may be unable to fail: its PASS
+  proves nothing, so an UNPROVEN one is NO-GO, named.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
+from falsify.harness.proven import Proof
 from falsify.harness.results import Outcome
 
 KILLED = "Killed"
@@ -32,9 +36,16 @@ def junit_totals(xml: bytes) -> dict[str, int]:
     return totals
 
 
-def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) -> dict[str, Any]:
+def decide(
+    outcomes: list[str],
+    tests: dict[str, int],
+    mutants: dict[str, Any],
+    proofs: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """outcomes: one Outcome value per prediction; tests: junit_totals(); mutants: {run, reason, declared,
-    results: [{id, status}]}. Returns the verdict record the statements carry and the reports show."""
+    results: [{id, status}]}; proofs: prediction id -> {outcome, proven (falsify.harness.proven.Proof value),
+    because}, None to leave proof out (a caller with no corpus). Returns the verdict record the statements carry
+    and the reports show."""
     counts = Counter(outcomes)
     n = len(outcomes)
     reasons = []
@@ -74,6 +85,37 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
                 f"{len(missing)} of {len(declared)} declared mutants missing from the report: "
                 + ", ".join(missing)
             )
+    proof_text, proof_record = "", None
+    if proofs is not None:
+        applicable = {pid: p for pid, p in proofs.items() if p["outcome"] != Outcome.NOT_APPLICABLE.value}
+        proven = sorted(pid for pid, p in applicable.items() if p["proven"] == Proof.PROVEN.value)
+        excused = sorted(pid for pid, p in applicable.items() if p["proven"] == Proof.EXCUSED.value)
+        unproven = sorted(
+            pid
+            for pid, p in applicable.items()
+            if p["proven"] in (Proof.UNPROVEN.value, Proof.NOT_MEASURED.value)
+        )
+        measured = mutants.get("run", False)
+        if unproven:
+            why = "no mutant turned them red" if measured else "no mutant run, so none is shown able to fail"
+            reasons.append(
+                f"{len(unproven)} of {len(applicable)} applicable predictions UNPROVEN ({why}; no reviewed "
+                f"unproven_because): {', '.join(unproven)}"
+            )
+        proof_text = (
+            f"; {len(proven)} of {len(applicable)} proven"
+            + (f", {len(excused)} unproven with a reviewed reason" if excused else "")
+            + (f", {len(unproven)} UNPROVEN" if unproven else "")
+            if measured
+            else "; proven not measured"
+        )
+        proof_record = {
+            "measured": bool(measured),
+            "applicable": len(applicable),
+            "proven": len(proven),
+            "excused": excused,
+            "unproven": unproven,
+        }
     decision = "NO-GO" if reasons else "GO"
     if mutants.get("run"):
         mutant_text = f"{len(killed)} of {len(set(results) | set(declared))} mutants killed"
@@ -85,10 +127,11 @@ def decide(outcomes: list[str], tests: dict[str, int], mutants: dict[str, Any]) 
         )
     summary = (
         f"{decision} — {passed} of {n} predictions passed"
-        f" ({counts[Outcome.NOT_APPLICABLE.value]} not applicable); {tests['tests']} tests,"
+        f" ({counts[Outcome.NOT_APPLICABLE.value]} not applicable){proof_text}; {tests['tests']} tests,"
         f" {tests['failures']} failed, {tests['errors']} errors, {tests['skipped']} skipped; {mutant_text}"
     )
-    return {
+    record: dict[str, Any] = {} if proof_record is None else {"proof": proof_record}
+    return record | {
         "decision": decision,
         "summary": summary,
         "reasons": reasons,

@@ -6,9 +6,10 @@ Every value is checked against the contract before the formula runs: an observab
 type, `min`, `max` and `values`, and every non-`optional` parameter must be given. A value the contract does not
 allow raises ObservationError naming the value and the bound: the test is an ERROR, never a PASS.
 
-A check that held is *vacuous* when it held over nothing: every conjunct of the formula quantifies over an empty
-sequence (`all`/`any` of one, a comparison of two, `is_prefix` of one), or every observable given is empty. The
-plugin counts them; a prediction needs `min_checks` non-vacuous checks (default 1) to PASS.
+A check that held is *vacuous* when part of its claim held over nothing: a conjunct of the formula quantifies
+over an empty sequence (`all`/`any` of one, a comparison of two, `is_prefix` of one, `in` one), or every
+observable given is empty. The plugin counts them; a prediction needs `min_checks` checks (default 1) in which
+every part of the claim was exercised before it can PASS.
 
 `strategies(prediction_id)` gives hypothesis strategies drawn from a prediction's domain, so tests do not restate
 it.
@@ -209,7 +210,7 @@ def vacuous(formula: Formula, values: dict[str, Any], observables: set[str]) -> 
         return True
     body = formula.tree.body
     conjuncts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) else [body]
-    return all(_quantifies_over_nothing(c, values) for c in conjuncts)
+    return any(_quantifies_over_nothing(c, values) for c in conjuncts)
 
 
 # -- strategies -----------------------------------------------------------------------------------------------

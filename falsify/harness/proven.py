@@ -8,7 +8,8 @@ from the run itself or from its Stryker report, whose statusReason `falsify muta
 
     PROVEN        some mutant turned it red;
     UNPROVEN      none did (or none is listed): GO is refused unless the contract gives `unproven_because:`;
-    EXCUSED       unproven, with the contract's reviewed `unproven_because:` shown beside it;
+    EXCUSED       unproven, with the contract's reviewed `unproven_because:` shown beside it (whether or not a
+                  mutant run was made);
     NOT MEASURED  no mutant run to judge by (or its report is stale: the mutated files changed since).
 """
 
@@ -65,12 +66,12 @@ def proofs(corpus: Corpus, red: Mapping[str, Iterable[str]] | None) -> dict[str,
     out = {}
     for pid, p in corpus.predictions.items():
         killers = tuple(sorted(by_prediction.get(pid, ())))
-        if red is None:
-            status = Proof.NOT_MEASURED
-        elif killers:
+        if killers:
             status = Proof.PROVEN
         elif p.unproven_because:
             status = Proof.EXCUSED
+        elif red is None:
+            status = Proof.NOT_MEASURED
         else:
             status = Proof.UNPROVEN
         out[pid] = PredictionProof(pid, status, expected_killers(corpus, pid), killers, p.unproven_because)
@@ -80,7 +81,7 @@ def proofs(corpus: Corpus, red: Mapping[str, Iterable[str]] | None) -> dict[str,
 def summary(proved: Mapping[str, PredictionProof], among: Iterable[str] | None = None) -> str:
     """ "31 proven, 2 excused, 8 unproven" over `among` (default: all), or "proven: not measured (...)"."""
     chosen = [proved[pid] for pid in (among if among is not None else proved)]
-    if chosen and all(p.status is Proof.NOT_MEASURED for p in chosen):
+    if chosen and all(p.status in (Proof.NOT_MEASURED, Proof.EXCUSED) for p in chosen):
         return "proven not measured (no current mutant run)"
     counts = {s: sum(1 for p in chosen if p.status is s) for s in Proof}
     text = f"{counts[Proof.PROVEN]} proven"
