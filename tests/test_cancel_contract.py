@@ -26,6 +26,10 @@ SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[Healt
 
 # Prompts are drawn as raw ints and folded into the model's vocabulary inside the test.
 raw_prompts = st.lists(st.integers(0, 2**20), min_size=1, max_size=32)
+# Domains come from the contract (falsify.strategies), not restated here.
+BUDGET = falsify.strategies("FALSIFY-SERVE-CANCEL-001")["n"]  # 1..16
+BUDGET_OR_ZERO = falsify.strategies("FALSIFY-SERVE-CANCEL-006")  # n 0..16, seed
+LIMIT = falsify.strategies("FALSIFY-SERVE-CANCEL-004")["max_tokens"]  # 1..32
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +143,7 @@ def warm_session(engine: Any, model: CountingModel, prompt: list[int], warm: int
     "FALSIFY-SERVE-CANCEL-011",
 )
 @SETTINGS
-@given(n=st.integers(1, 16), extra=st.integers(1, 16), raw=raw_prompts, warm=st.booleans())
+@given(n=BUDGET, extra=st.integers(1, 16), raw=raw_prompts, warm=st.booleans())
 @example(n=8, extra=8, raw=[1, 2, 3, 4, 5], warm=False)  # the source engine's case: 8 polls, 8 decode passes
 def test_a_budget_cancelled_run(
     engine: Any, model: Any, n: int, extra: int, raw: list[int], warm: bool
@@ -169,7 +173,7 @@ def test_a_budget_cancelled_run(
     "FALSIFY-SERVE-CANCEL-011",
 )
 @SETTINGS
-@given(max_tokens=st.integers(1, 32), raw=raw_prompts, warm=st.booleans())
+@given(max_tokens=LIMIT, raw=raw_prompts, warm=st.booleans())
 def test_a_run_cancelled_before_its_first_token(
     engine: Any, model: Any, max_tokens: int, raw: list[int], warm: bool
 ) -> None:
@@ -196,7 +200,7 @@ def test_a_run_cancelled_before_its_first_token(
 
 @pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-005", "FALSIFY-SERVE-CANCEL-008", "FALSIFY-SERVE-CANCEL-011")
 @SETTINGS
-@given(max_tokens=st.integers(1, 32), raw=raw_prompts, warm=st.booleans(), counting=st.booleans())
+@given(max_tokens=LIMIT, raw=raw_prompts, warm=st.booleans(), counting=st.booleans())
 def test_an_uncancelled_run(
     engine: Any, model: Any, max_tokens: int, raw: list[int], warm: bool, counting: bool
 ) -> None:
@@ -222,7 +226,9 @@ def test_an_uncancelled_run(
 
 @pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-006")
 @SETTINGS
-@given(n=st.integers(0, 16), extra=st.integers(0, 8), raw=raw_prompts, seed=st.none() | st.integers(0, 10**6))
+@given(
+    n=BUDGET_OR_ZERO["n"], extra=st.integers(0, 8), raw=raw_prompts, seed=st.none() | BUDGET_OR_ZERO["seed"]
+)
 def test_cancelled_tokens_are_a_prefix_of_the_uncancelled_run(
     engine: Any, model: Any, n: int, extra: int, raw: list[int], seed: int | None
 ) -> None:

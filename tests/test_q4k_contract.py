@@ -127,7 +127,7 @@ def test_dequantize_formula(Q4_K: Any, data: st.DataObject, n_blocks: int) -> No
 
 @pytest.mark.falsifies("FALSIFY-Q4K-003")
 @SETTINGS
-@given(data=st.data(), n_blocks=st.integers(1, 64), quantized=st.booleans())
+@given(data=st.data(), n_blocks=falsify.strategies("FALSIFY-Q4K-003")["n_blocks"], quantized=st.booleans())
 def test_dequantize_equals_gguf(Q4_K: Any, data: st.DataObject, n_blocks: int, quantized: bool) -> None:
     gguf = pytest.importorskip("gguf")
     if quantized:
@@ -325,7 +325,11 @@ def test_bad_input(Q4_K: Any, case: str) -> None:
 
 @pytest.mark.falsifies("FALSIFY-Q4K-011")
 @SETTINGS
-@given(rows=st.integers(2, 9), seed=st.integers(0, 2**32 - 1), kind=st.sampled_from(sorted(cases.CLASSES)))
+@given(
+    rows=falsify.strategies("FALSIFY-Q4K-011")["rows"],
+    seed=st.integers(0, 2**32 - 1),
+    kind=st.sampled_from(sorted(cases.CLASSES)),
+)
 def test_rows_independent(Q4_K: Any, rows: int, seed: int, kind: str) -> None:
     x = cases.blocks_of(kind, seed, rows * 2).reshape(rows, 2 * QK_K)
     whole = Q4_K.quantize(x)

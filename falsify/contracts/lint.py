@@ -27,7 +27,16 @@ def verdict(corpus: Corpus, paths: list[Path]) -> str:
     if corpus.files == 0 and not corpus.problems:
         return f"lint: no contract found in {', '.join(map(str, paths))} (an empty corpus is never a pass)"
     predictions = sum(len(c.predictions) for c in corpus.contracts)
-    mutants = f", {len(corpus.mutants)} mutants" if corpus.mutants else ""
+    mutants = ""
+    if corpus.mutants:
+        # Which predictions some mutant must turn red (its contract's `mutants:` or a mutant file's `kills:`).
+        killable = {p.id for c in corpus.contracts for p in c.predictions if p.mutants}
+        killable |= {pid for m in corpus.mutants for pid in m.kills}
+        excused = sum(1 for c in corpus.contracts for p in c.predictions if p.unproven_because)
+        mutants = (
+            f", {len(corpus.mutants)} mutants ({len(killable)} of {predictions} predictions listed by one, "
+            f"{excused} with unproven_because)"
+        )
     n = len(corpus.problems)
     return (
         f"lint: {corpus.files} files, {len(corpus.contracts)} contracts, {predictions} predictions{mutants}, "
