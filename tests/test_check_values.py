@@ -69,7 +69,7 @@ class Seen(list):
 @pytest.fixture
 def typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Seen:
     (tmp_path / "typed-v1.yaml").write_text(CONTRACT)
-    monkeypatch.setattr(checks, "contracts_dir", tmp_path)
+    monkeypatch.setattr(checks, "contracts_dirs", (tmp_path,))
     return Seen(monkeypatch)
 
 

@@ -127,7 +127,16 @@ def test_the_gate_exits_non_zero_when_a_bound_test_is_skipped(pytester: pytest.P
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
     proc = subprocess.run(
-        [sys.executable, "-m", "falsify.cli", "gate", "--out", str(pytester.path / "out")],
+        [
+            sys.executable,
+            "-m",
+            "falsify.cli",
+            "gate",
+            "--engine",
+            "reference",
+            "--out",
+            str(pytester.path / "out"),
+        ],
         cwd=pytester.path,
         env=env,
         capture_output=True,
