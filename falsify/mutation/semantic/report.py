@@ -124,7 +124,8 @@ def verdict(run: Run) -> tuple[str, bool]:
     return (
         f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {detected} of {judged} "
         f"applied; control green ({len(run.control.selected)} falsifiers, {run.control.seconds:.1f} s); "
-        f"{run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}"
+        f"{run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}; "
+        f"{len(run.corpus.predictions)} predictions: {proof_summary(proofs(run.corpus, red_by_mutant(run)))}"
     ), ok
 
 

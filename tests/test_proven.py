@@ -1,0 +1,118 @@
+"""Which predictions are shown able to fail (falsify/harness/proven.py): from a `falsify mutants` report to
+PROVEN / UNPROVEN / EXCUSED / NOT MEASURED per prediction, and the gate's PROVEN column that reads it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from falsify.contracts.corpus import load_corpus
+from falsify.harness.gate import mutant_proofs, render
+from falsify.harness.proven import Proof, proofs, red_from_stryker, stale_files, summary
+from falsify.harness.results import Outcome, PredictionResult
+from falsify.project import Project
+
+CONTRACT = """\
+contract: demo-v1
+version: 1.0.0
+title: Demo
+description: Demo contract for proof tests.
+references: [https://example.org]
+observables:
+  emitted: {meaning: tokens emitted, type: int}
+predictions:
+  - id: FALSIFY-DEMO-001
+    claim: at most 8 tokens
+    formula: emitted <= 8
+    domain: {}
+    if_fails: too many
+    mutants: [limit-off]
+  - id: FALSIFY-DEMO-002
+    claim: at least 1 token
+    formula: emitted >= 1
+    domain: {}
+    if_fails: none at all
+  - id: FALSIFY-DEMO-003
+    claim: exactly 3 tokens with the oracle
+    formula: emitted == 3
+    domain: {}
+    if_fails: the oracle disagrees
+    unproven_because: only the optional oracle can run this; no mutant run reaches it
+"""
+
+MUTANT = """\
+id: limit-off
+description: the limit is one too high
+file: demo/loop.py
+function: run
+op: replace
+statement: "limit = 8"
+replacement: "limit = 9"
+kills: [FALSIFY-DEMO-001]
+"""
+
+SOURCE = "def run():\n    limit = 8\n    return limit\n"
+
+
+def project(tmp_path: Path) -> Project:
+    for name, text in {
+        "contracts/demo-v1.yaml": CONTRACT,
+        "mutants/limit-off.yaml": MUTANT,
+        "demo/loop.py": SOURCE,
+        "pyproject.toml": '[tool.falsify]\ncontracts = "contracts"\n',
+    }.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    return Project(tmp_path, tmp_path / "contracts", tmp_path / "mutants", tmp_path / "tests")
+
+
+def stryker(status: str, reason: str, source: str = SOURCE) -> dict:
+    mutant = {"id": "limit-off", "mutatorName": "replace", "status": status, "statusReason": reason}
+    return {
+        "schemaVersion": "2",
+        "files": {"demo/loop.py": {"language": "python", "source": source, "mutants": [mutant]}},
+    }
+
+
+def test_each_prediction_gets_its_proof(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    p = project(tmp_path)
+    corpus = load_corpus([p.contracts, p.mutants])
+    assert not corpus.problems, corpus.problems
+    red = red_from_stryker(stryker("Killed", "red: FALSIFY-DEMO-001; listed but green: \nassert 9 <= 8"))
+    assert red == {"limit-off": {"FALSIFY-DEMO-001"}}
+    proved = proofs(corpus, red)
+    assert {pid: pr.status for pid, pr in proved.items()} == {
+        "FALSIFY-DEMO-001": Proof.PROVEN,
+        "FALSIFY-DEMO-002": Proof.UNPROVEN,
+        "FALSIFY-DEMO-003": Proof.EXCUSED,
+    }
+    assert proved["FALSIFY-DEMO-001"].expected == ("limit-off",)
+    assert summary(proved) == "1 proven, 1 unproven with a reviewed reason, 1 UNPROVEN"
+    # a survived mutant proves nothing; no run at all measures nothing (a reviewed reason still shows)
+    assert (
+        proofs(corpus, red_from_stryker(stryker("Survived", "")))["FALSIFY-DEMO-001"].status is Proof.UNPROVEN
+    )
+    none = proofs(corpus, None)
+    assert none["FALSIFY-DEMO-001"].status is Proof.NOT_MEASURED
+    assert none["FALSIFY-DEMO-003"].status is Proof.EXCUSED
+
+
+def test_the_gate_reads_a_current_report_and_refuses_a_stale_one(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    p = project(tmp_path)
+    corpus = load_corpus([p.contracts, p.mutants])
+    report = tmp_path / ".falsify" / "mutants" / "mutation-report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps(stryker("Killed", "red: FALSIFY-DEMO-001")), encoding="utf-8")
+    proved, source = mutant_proofs(p, corpus, None)
+    assert source == f"mutant report {report}"
+    rows = [PredictionResult(pid, "demo-v1", Outcome.PASS, ("t",), (), 0.0, 1, "", None) for pid in proved]
+    table = render(rows, proved)
+    assert "PROVEN" in table.splitlines()[0]
+    assert [line.split()[3] for line in table.splitlines()[2:]] == ["yes", "NO", "no:"]
+    (tmp_path / "demo" / "loop.py").write_text(SOURCE.replace("8", "10"), encoding="utf-8")
+    assert stale_files(json.loads(report.read_text()), tmp_path) == ["demo/loop.py"]
+    stale, why = mutant_proofs(p, corpus, None)
+    assert "stale (demo/loop.py changed since)" in why
+    assert stale["FALSIFY-DEMO-001"].status is Proof.NOT_MEASURED
