@@ -182,7 +182,8 @@ def test_unknown_engine_exits_2_with_one_line_before_any_test(tmp_path: Path) ->
     assert result.returncode == 2
     assert result.stdout == ""  # nothing ran: no "gate: running", no pytest output
     (line,) = result.stderr.splitlines()
-    assert line.startswith("falsify: unknown engine 'nosuch': use one of reference, hf, module:factory")
+    assert line.startswith("falsify: unknown engine 'nosuch': use one of reference, hf, ")
+    assert 'module:factory, exec:"CMD ARGS" or http://HOST:PORT' in line
     assert not (root / ".falsify").exists()
 
 
