@@ -13,6 +13,7 @@ tree untouched).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from types import FrameType
 
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.loading import check_engine, resolve_engine
+from falsify.mutation.executors import EXECUTORS
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
 
@@ -71,6 +73,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     # so that old command lines keep working.
     p.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default=os.environ.get("FALSIFY_EXECUTOR", "local"),
+        help="where mutant runs execute: local threads (default) or one Ray task each (FALSIFY_EXECUTOR)",
+    )
+    p.add_argument(
+        "--address",
+        default=os.environ.get("RAY_ADDRESS"),
+        help="with --executor ray: the cluster, auto or HOST:PORT (default: RAY_ADDRESS, else auto)",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=Path(".falsify/mutants"),
@@ -107,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         full=args.full,
         timeout=args.timeout,
         forkserver=args.forkserver,
+        executor=args.executor,
+        address=args.address,
     )
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:

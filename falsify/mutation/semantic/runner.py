@@ -21,7 +21,6 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
@@ -31,6 +30,7 @@ from typing import Any
 from falsify.contracts.corpus import Corpus, Mutant
 from falsify.harness.command import falsifier_args
 from falsify.harness.results import Outcome, PredictionResult, per_prediction
+from falsify.mutation import executors
 from falsify.mutation.semantic import edits, probe
 from falsify.mutation.semantic.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
 from falsify.mutation.semantic.scratch import Finished, Interrupted, Scratch
@@ -94,6 +94,8 @@ class Settings:
     forkserver: bool = True  # fork each pytest run from a process that imported pytest/hypothesis/numpy once
     timeout: float | None = None  # per mutant; None: 60 s or 5x the control run, whichever is longer
     control_timeout: float = 1800.0
+    executor: str = "local"  # falsify/mutation/executors.py: local threads, or one Ray task per mutant
+    address: str | None = None  # the Ray cluster (ray.init address: "auto", "HOST:PORT")
 
 
 @dataclass(slots=True)
@@ -468,19 +470,12 @@ class Runner:
                     f"{len(mutants)} mutants on {run.jobs} workers (scope {self.settings.scope})"
                 )
                 timeout = self.settings.timeout or max(60.0, 5 * self.control.seconds)
-                done = 0
-                with ThreadPoolExecutor(max_workers=run.jobs) as pool:
-                    futures = {pool.submit(self.run_mutant, scratch, m, timeout): m for m in mutants}
-                    try:
-                        for future in as_completed(futures):
-                            result = future.result()
-                            done += 1
-                            run.results.append(result)
-                            self.say(f"mutants: [{done}/{len(mutants)}] {progress_line(result)}")
-                    except BaseException:
-                        scratch.stop()
-                        pool.shutdown(wait=True, cancel_futures=True)
-                        raise
+                stream = executors.results(
+                    self.settings.executor, self, scratch, mutants, timeout, run.jobs, self.settings.address
+                )
+                for done, result in enumerate(stream, 1):
+                    run.results.append(result)
+                    self.say(f"mutants: [{done}/{len(mutants)}] {progress_line(result)}")
             except Interrupted:
                 raise KeyboardInterrupt from None
         order = {m.id: i for i, m in enumerate(mutants)}

@@ -1,0 +1,181 @@
+"""Where mutant runs execute: `local` (threads over one scratch area on this machine: the default) or `ray` (one
+Ray task per mutant on a cluster). Both return the same MutantResults in the same order, so the kill matrix, the
+Stryker report and the evidence bundle do not depend on the executor.
+
+Ray, following its task model: the project goes into the object store once, as a content-addressed snapshot (a
+tar of the files a scratch copy would hold, named by its sha256); each task is a pure function of (snapshot,
+mutant id, control, settings) that unpacks the snapshot once per node, runs one mutant in its own scratch copy
+there and returns the compact MutantResult. Mutant runs are idempotent (each in a fresh copy), so a task whose
+worker or node dies is retried (`max_retries`); a falsifier run that outlives its timeout is TIMEOUT, never KILLED
+(the runner's own per-mutant timeout, unchanged). Ray is an optional extra: `pip install "falsify-harness[ray]"`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import io
+import os
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from falsify.errors import FalsifyError
+
+if TYPE_CHECKING:
+    from falsify.contracts.corpus import Mutant
+    from falsify.mutation.semantic.runner import Control, MutantResult, Runner, Settings
+    from falsify.mutation.semantic.scratch import Scratch
+
+EXECUTORS = ("local", "ray")
+RAY_RETRIES = 3  # re-runs of a task whose worker or node died; a mutant run is idempotent
+
+
+class ExecutorError(FalsifyError):
+    """An executor that cannot start (Ray missing, no cluster at the address)."""
+
+
+def run_local(
+    runner: Runner, scratch: Scratch, mutants: list[Mutant], timeout: float, jobs: int
+) -> Iterator[MutantResult]:
+    """Today's behaviour: `jobs` threads, each running one mutant's falsifiers in a copy under `scratch`."""
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(runner.run_mutant, scratch, m, timeout) for m in mutants]
+        try:
+            for future in as_completed(futures):
+                yield future.result()
+        except BaseException:
+            scratch.stop()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+# -- ray ---------------------------------------------------------------------------------------------------------
+def snapshot(root: Path, skip: Callable[[Path], bool]) -> tuple[str, bytes]:
+    """(sha256, bytes) of an uncompressed tar of the project's files, in sorted order, with fixed metadata, so the
+    same tree gives the same snapshot (and the same object in the store). Symlinks are stored as their content
+    when they point inside the project and refused otherwise: a snapshot never carries a path out of it."""
+    buffer = io.BytesIO()
+    root = root.resolve()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root)
+            if skip(rel) or path.is_dir():
+                continue
+            real = path.resolve()
+            if not real.is_relative_to(root):
+                raise ExecutorError(f"{rel}: a link out of the project cannot go into a Ray snapshot")
+            if not real.is_file():
+                continue
+            data = real.read_bytes()
+            info = tarfile.TarInfo(rel.as_posix())
+            info.size, info.mode, info.mtime = len(data), 0o755 if os.access(real, os.X_OK) else 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    data = buffer.getvalue()
+    return hashlib.sha256(data).hexdigest(), data
+
+
+def skipper(scratch: Scratch) -> Callable[[Path], bool]:
+    """What a scratch copy leaves out, as a predicate on paths relative to the project root."""
+    from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
+
+    def skip(rel: Path) -> bool:
+        parts = rel.parts
+        if any(fnmatch.fnmatch(p, pattern) for p in parts for pattern in IGNORE_ANYWHERE):
+            return True
+        top = parts[0]
+        return top in IGNORE_TOP or any(fnmatch.fnmatch(top, p) for p in scratch.exclude)
+
+    return skip
+
+
+def unpack(digest: str, data: bytes) -> Path:
+    """The snapshot's tree on this node, unpacked once (later tasks with the same digest reuse it)."""
+    base = Path(tempfile.gettempdir()) / f"falsify-ray-{digest[:32]}"
+    if (base / ".complete").is_file():
+        return base
+    staging = Path(tempfile.mkdtemp(prefix=f"falsify-ray-{digest[:12]}-"))
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise ExecutorError(f"snapshot {digest[:16]}…: content does not match its digest")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        tar.extractall(staging, filter="data")  # refuses absolute paths, .. and links out
+    (staging / ".complete").write_text(digest, encoding="utf-8")
+    try:
+        os.rename(staging, base)  # atomic; another task may have won the race, which is as good
+    except OSError:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+    return base
+
+
+def run_one(
+    digest: str, data: bytes, settings: Settings, control: Control, mutant_id: str, timeout: float
+) -> MutantResult:
+    """One Ray task: this mutant's falsifiers in a scratch copy of the snapshot, on whatever node runs it."""
+    from falsify.mutation.semantic.runner import Runner, load
+    from falsify.mutation.semantic.scratch import Scratch
+    from falsify.project import find_project
+
+    root = unpack(digest, data)
+    project, corpus, problems = load(find_project(root))
+    if problems:
+        raise ExecutorError(f"the snapshot does not lint on the worker: {problems[0]}")
+    runner = Runner(project, corpus, settings, progress=lambda _line: None)
+    runner.control = control
+    mutant = next(m for m in corpus.mutants if m.id == mutant_id)
+    with Scratch(project.root, exclude=project.copy_exclude) as scratch:
+        return runner.run_mutant(scratch, mutant, timeout)
+
+
+def run_ray(
+    runner: Runner, scratch: Scratch, mutants: list[Mutant], timeout: float, address: str
+) -> Iterator[MutantResult]:
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError(
+            "--executor ray needs Ray: pip install 'falsify-harness[ray]' (or pip install ray)"
+        ) from None
+    assert runner.control is not None
+    digest, data = snapshot(runner.project.root, skipper(scratch))
+    try:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ExecutorError(f"no Ray cluster at {address!r}: {exc}") from None
+    try:
+        task = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(run_one)
+        ref = ray.put(data)
+        runner.say(
+            f"mutants: ray — snapshot {digest[:12]} ({len(data) / 1e6:.1f} MB) in the object store; "
+            f"{len(mutants)} tasks on {int(ray.cluster_resources().get('CPU', 0))} CPUs"
+        )
+        pending = {
+            task.remote(digest, ref, runner.settings, runner.control, m.id, timeout): m for m in mutants
+        }
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for r in ready:
+                pending.pop(r)
+                yield ray.get(r)
+    finally:
+        ray.shutdown()
+
+
+def results(
+    executor: str,
+    runner: Runner,
+    scratch: Scratch,
+    mutants: list[Mutant],
+    timeout: float,
+    jobs: int,
+    address: str | None,
+) -> Iterator[MutantResult]:
+    if executor == "local":
+        return run_local(runner, scratch, mutants, timeout, jobs)
+    if executor == "ray":
+        return run_ray(runner, scratch, mutants, timeout, address or "auto")
+    raise ExecutorError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")

@@ -1,0 +1,122 @@
+"""Run inside a fresh network namespace (`unshare -n`, only loopback exists): start a two-node Ray cluster on
+127.0.0.1, run `falsify mutants --executor ray` against it in PROJECT, optionally SIGKILL the worker node once the
+tasks are out, stop everything, and print one JSON line: {"exit": ..., "output": ..., "killed_worker": ...}.
+
+python cluster_run.py PROJECT --kill-worker --engine ENGINE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+NODE = [
+    "--node-ip-address=127.0.0.1",
+    "--num-cpus=1",
+    "--object-store-memory=200000000",
+    "--disable-usage-stats",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("project", type=Path)
+    parser.add_argument("--engine", required=True)
+    parser.add_argument("--kill-worker", action="store_true")
+    args = parser.parse_args()
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    temp = Path(tempfile.mkdtemp(prefix="falsify-ray-"))
+    port = free_port()
+    ray = str(BIN / "ray")
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    subprocess.run(
+        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=180,
+    )
+    worker = subprocess.Popen(
+        [ray, "start", f"--address=127.0.0.1:{port}", "--block", *NODE],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+    killed = False
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait for the second node to register
+            probe = subprocess.run(
+                [
+                    str(BIN / "python"),
+                    "-c",
+                    "import ray; ray.init(logging_level='ERROR'); print(len([n for n in ray.nodes() if n['Alive']]))",
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+                check=False,
+            )
+            if probe.stdout.strip().endswith("2"):
+                break
+            time.sleep(1)
+        else:
+            raise SystemExit("the worker node never joined")
+        run = subprocess.Popen(
+            [
+                str(BIN / "python"),
+                "-m",
+                "falsify.cli",
+                "mutants",
+                "--engine",
+                args.engine,
+                "--executor",
+                "ray",
+                "--address",
+                f"127.0.0.1:{port}",
+                "-j",
+                "2",
+            ],
+            cwd=args.project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        lines = []
+        assert run.stdout is not None
+        for line in run.stdout:
+            lines.append(line)
+            if args.kill_worker and not killed and "in the object store" in line:
+                time.sleep(3)  # the first tasks are running, some on the worker node
+                os.killpg(worker.pid, signal.SIGKILL)
+                killed = True
+                lines.append("cluster_run: worker node killed\n")
+        code = run.wait(timeout=900)
+        print(json.dumps({"exit": code, "output": "".join(lines), "killed_worker": killed}))
+        return 0
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+        subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

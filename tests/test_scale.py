@@ -1,0 +1,99 @@
+"""`falsify mutants --executor ray` on a real two-node Ray cluster on this machine (tox -e scale).
+
+The cluster lives in a network namespace of its own (`unshare -n`: only loopback exists there), so every Ray
+server listens on 127.0.0.1 and nothing leaves the machine; it is stopped by the run. The merged report must equal
+a local run's, and a worker node killed mid-run must lose no mutant and duplicate none."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.scale
+
+HERE = Path(__file__).parent
+ENGINE = "toy.engine:ToyEngine"
+
+
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+needs_netns = pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root) and iproute2's `ip`")
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    root = tmp_path / "toy"
+    shutil.copytree(HERE / "fixtures" / "mutants" / "toy", root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def normalised_report(root: Path) -> dict:
+    from falsify.evidence.mutation import normalise
+
+    data = json.loads((root / ".falsify" / "mutants" / "mutation-report.json").read_text(encoding="utf-8"))
+    return normalise(data, root)
+
+
+def local_run(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "falsify.cli", "mutants", "--engine", ENGINE, "-j", "2"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+
+
+def ray_run(root: Path, kill_worker: bool) -> dict:
+    cmd = [
+        "unshare",
+        "-n",
+        sys.executable,
+        str(HERE / "scale" / "cluster_run.py"),
+        str(root),
+        "--engine",
+        ENGINE,
+    ]
+    proc = subprocess.run(
+        [*cmd, *(["--kill-worker"] if kill_worker else [])],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result: dict = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+@needs_netns
+def test_ray_gives_the_local_report_and_a_killed_worker_loses_nothing(toy: Path, tmp_path: Path) -> None:
+    local = local_run(toy)
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr
+    expected = normalised_report(toy)
+    (toy / ".falsify").rename(tmp_path / "local-out")
+
+    ran = ray_run(toy, kill_worker=True)
+    assert ran["killed_worker"], ran["output"][-3000:]
+    assert ran["exit"] == 0, ran["output"][-3000:]
+    out = ran["output"]
+    mutants = sorted(p.stem for p in (toy / "mutants").glob("*.yaml"))
+    # every mutant reported exactly once: nothing lost to the dead node, nothing run twice into the report
+    for mid in mutants:
+        assert out.count(f"] {mid}: ") == 1, out[-3000:]
+    assert normalised_report(toy) == expected
