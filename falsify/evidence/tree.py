@@ -109,8 +109,37 @@ def configuration_files(root: Path, inputs: Inputs) -> list[tuple[str, str]]:
             for p in tests.rglob("*")
             if p.is_file() and not GENERATED.intersection(p.relative_to(tests).parts)
         ]
+    out += _pack_files(root)
     out += [(name, "project") for name in ("tox.ini", "pyproject.toml") if (root / name).is_file()]
     return sorted(set(out))
+
+
+def _pack_files(root: Path) -> list[tuple[str, str]]:
+    """The contracts and falsifiers of the project's packs that live in the tree (falsify's own checkout). An
+    installed pack is outside the tree: the environment's falsify version names it."""
+    from falsify.contracts.packs import PackError, pack_dir
+    from falsify.project import find_project_or_none
+
+    project = find_project_or_none(root)
+    out: list[tuple[str, str]] = []
+    for name in project.packs if project else ():
+        try:
+            base = pack_dir(name).resolve()
+            rel = base.relative_to(root.resolve())
+        except (PackError, ValueError):
+            continue
+        for p in sorted(base.rglob("*")):
+            if not p.is_file() or GENERATED.intersection(p.relative_to(base).parts):
+                continue
+            role = (
+                "contract"
+                if p.suffix in YAML_SUFFIXES
+                else "falsifier-tests"
+                if p.suffix == ".py"
+                else "test-data"
+            )
+            out.append(((rel / p.relative_to(base)).as_posix(), role))
+    return out
 
 
 def digest_files(root: Path, names: list[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -131,6 +160,15 @@ def engine_object(root: Path, spec: str) -> Any:
 
 
 def weights_files(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]:
+    """(name, path) of the weights: the files [tool.falsify] weights names, and those the engine says it uses
+    (tiny_model_path()); a note when the engine has none to show."""
+    found, note = _engine_weights(root, spec)
+    configured = configured_weights(root)
+    names = {name for name, _ in found}
+    return found + [(n, p) for n, p in configured if n not in names], "" if configured else note
+
+
+def _engine_weights(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]:
     """(name, path) of the weights the engine uses, and a note when it has none to show."""
     try:
         engine = engine_object(root, spec)
@@ -161,6 +199,20 @@ def weights_files(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]:
             directory.name
         )  # outside the tree (a cache dir): the directory's own name, never its location
     return [(f"{prefix}/{f}", directory / f) for f in WEIGHT_FILES], ""
+
+
+def configured_weights(root: Path) -> list[tuple[str, Path]]:
+    """(name, path) of the files matching [tool.falsify] weights, relative to the project root."""
+    from falsify.project import find_project_or_none
+
+    project = find_project_or_none(root)
+    found = {
+        p.relative_to(root).as_posix(): p
+        for pattern in (project.weights if project else ())
+        for p in root.glob(pattern)
+        if p.is_file()
+    }
+    return sorted(found.items())
 
 
 def tree_digests(root: Path, inputs: Inputs) -> dict[str, str]:
