@@ -1,0 +1,67 @@
+"""[tool.falsify] as data: keys, types, the search boundary, and what evidence takes from it (weights)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from falsify.evidence.tree import configured_weights
+from falsify.project import ProjectError, find_project, schema_path
+
+
+def write(root: Path, table: str) -> Path:
+    (root / "pyproject.toml").write_text(f"[tool.falsify]\n{table}", encoding="utf-8")
+    return root
+
+
+def test_keys_are_read_with_their_defaults(tmp_path: Path) -> None:
+    project = find_project(write(tmp_path, 'packs = ["serving"]\nengine = "m:f"\ncopy_exclude = ["data"]\n'))
+    assert project.root == tmp_path.resolve()
+    assert project.contracts == tmp_path.resolve() / "contracts"
+    assert (project.packs, project.engine, project.copy_exclude) == (("serving",), "m:f", ("data",))
+    assert project.import_roots == (tmp_path.resolve(),)
+    (tmp_path / "src").mkdir()
+    assert find_project(tmp_path).import_roots == (tmp_path.resolve(), tmp_path.resolve() / "src")
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('packs = "serving"\n', "packs must be a list of strings"),
+        ("engine = 3\n", "engine must be a non-empty string"),
+        ('weight = ["x"]\n', "unknown key 'weight'"),
+        ("contracts = [\n", "not valid TOML"),
+    ],
+)
+def test_a_bad_table_is_a_one_line_error_naming_the_file(tmp_path: Path, table: str, message: str) -> None:
+    with pytest.raises(ProjectError, match=r"pyproject\.toml") as info:
+        find_project(write(tmp_path, table))
+    assert message in str(info.value)
+
+
+def test_the_search_stops_at_the_first_pyproject(tmp_path: Path) -> None:
+    write(tmp_path, "")
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    (inner / "pyproject.toml").write_text('[project]\nname = "x"\n', encoding="utf-8")
+    with pytest.raises(ProjectError, match=r"has no \[tool\.falsify\] table"):
+        find_project(inner / ".")
+    assert find_project(tmp_path).root == tmp_path.resolve()
+
+
+def test_configured_weights_are_found_relative_to_the_root(tmp_path: Path) -> None:
+    write(tmp_path, 'weights = ["w/*.bin"]\n')
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "a.bin").write_bytes(b"\0")
+    (tmp_path / "w" / "b.txt").write_text("not weights")
+    assert [name for name, _ in configured_weights(tmp_path)] == ["w/a.bin"]
+
+
+def test_schemas_ship_inside_the_package() -> None:
+    path = schema_path("contract-v1")
+    assert (
+        path.is_file()
+        and path.parent.parent.name == "contracts"
+        and path.parent.parent.parent.name == "falsify"
+    )
