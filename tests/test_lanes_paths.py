@@ -91,6 +91,7 @@ def host_run(engine: Any, model: Any, jobs: list[tuple[int, int, int | None]], s
 @given(jobs=jobs, seed=st.integers(0, 3))
 @example(jobs=[(70, 12, 5), (9, 10, None), (130, 8, 0), (1, 6, 2)], seed=0)
 @example(jobs=[(40, 9, 3), (40, 9, 7), (3, 4, 1), (100, 3, 0)], seed=1)
+@example(jobs=[(150, 3, 0), (64, 2, 0), (1, 12, 0), (65, 5, 4)], seed=2)  # cancelled before their first token
 def test_each_stream_polls_its_own_token_once_before_each_forward(
     engine: Any, model: Any, pid: str, jobs: list[tuple[int, int, int | None]], seed: int
 ) -> None:
