@@ -142,6 +142,8 @@ class Engine:
             }
         if not self.initialized:
             raise Refusal(SERVER_NOT_INITIALIZED, f"{method} before initialize")
+        if self.shut_down:
+            raise Refusal(INVALID_REQUEST, f"{method} after shutdown")
         handler = getattr(self, "do_" + method, None) if method.isidentifier() else None
         if handler is None:
             raise Refusal(METHOD_NOT_FOUND, f"no method {method!r}")

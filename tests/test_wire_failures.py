@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,39 @@ TIMEOUT = 3  # FALSIFY_WIRE_TIMEOUT for these runs, seconds
     ],
 )
 def test_a_broken_engine_is_a_named_error_row(mode: str, error: str, tmp_path: Path) -> None:
+    gate_names_the_error(f"exec:{sys.executable} {BAD} {mode}", error, tmp_path)
+
+
+class NotJson(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"<html>not the engine you are looking for</html>\n")
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_an_http_server_that_is_not_an_engine_is_a_named_error_row(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotJson)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        gate_names_the_error(f"http://127.0.0.1:{server.server_address[1]}", "MalformedMessage", tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_nothing_listening_at_the_url_is_a_named_error_row(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port that was free a moment ago and has no listener now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gate_names_the_error(f"http://127.0.0.1:{port}", "EngineStartError", tmp_path)
+
+
+def gate_names_the_error(engine: str, error: str, tmp_path: Path) -> None:
     env = os.environ.copy()
     env.update(PYTHONPATH=str(ROOT), FALSIFY_WIRE_TIMEOUT=str(TIMEOUT), HYPOTHESIS_PROFILE="ci")
     started = time.monotonic()
@@ -40,7 +76,7 @@ def test_a_broken_engine_is_a_named_error_row(mode: str, error: str, tmp_path: P
             "falsify.cli",
             "gate",
             "--engine",
-            f"exec:{sys.executable} {BAD} {mode}",
+            engine,
             "--out",
             str(tmp_path),
             "--",

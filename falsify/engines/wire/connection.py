@@ -41,6 +41,7 @@ class Connection:
         self.max_line = max_line
         self.failure: errors.WireError | None = None
         self._next_id = 1
+        self._answered = False  # a message of the engine's has been read
         self._lock = threading.Lock()  # one request in flight: the protocol is not pipelined
 
     # -- sending -----------------------------------------------------------------------------------------------
@@ -50,7 +51,10 @@ class Connection:
             self.transport.send(line, request_id=request_id)
         except TransportError as exc:
             text = str(exc)
-            cls = errors.EngineTimeout if "timed out" in text else errors.EngineCrashed
+            if "timed out" in text:
+                cls: type[errors.WireError] = errors.EngineTimeout
+            else:  # nothing answered yet: it never started (or nothing listens at the URL)
+                cls = errors.EngineCrashed if self._answered else errors.EngineStartError
             self.fail(cls(f"{self._who()}: {text} ({waiting_for}){self._status()}"))
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
@@ -110,6 +114,7 @@ class Connection:
                 )
             if kind == "eof":
                 self.fail(errors.EngineCrashed(f"{self._who()}: {value} while {waiting}{self._status()}"))
+            self._answered = True
             return self._parse(value, waiting)
 
     def _parse(self, line: bytes, waiting: str) -> dict[str, Any]:
