@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import os
 import sys
 from pathlib import Path
 
@@ -142,7 +143,8 @@ def run_bindings(args: argparse.Namespace) -> int:
     if not corpus.contracts:
         print(f"bindings: no contract found in {project.contracts}")
         return 2
-    engine = args.engine or project.engine or "none"  # collection never makes the engine
+    # the same order as every command; collection never makes the engine, so none named is fine here
+    engine = args.engine or os.environ.get("FALSIFY_ENGINE") or project.engine or "none"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "collect.json"
         run_pytest(project, path, [], engine=engine, collect_only=True, quiet=True, packs=packs)
