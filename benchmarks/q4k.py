@@ -25,16 +25,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "data" / "q4k"))  # q4k_cases: the data classes and the C quantizer
 
-from reference.q4k import Q4_K  # noqa: E402  (after the path insert, so the benchmark runs from a checkout)
+import q4k_cases as cases  # noqa: E402  (after the path inserts, so the benchmark runs from a checkout)
 
-
-def load_cases() -> Any:
-    spec = importlib.util.spec_from_file_location("q4k_cases", ROOT / "tests" / "data" / "q4k" / "cases.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from reference.q4k import Q4_K  # noqa: E402
 
 
 def version(package: str) -> str | None:
@@ -74,7 +69,6 @@ def main() -> int:
     q = Q4_K.quantize(W)
     Wd = Q4_K.dequantize(q)  # the dense float32 contender multiplies the same (dequantized) weights
 
-    cases = load_cases()
     try:
         lib = cases.ggml_base()
     except ImportError:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from falsify.harness.instruments import CountingModel
 from reference.lanes import LaneHost
 from reference.model import load_model
 from reference.tiny import tiny_model
@@ -40,26 +41,18 @@ LENGTHS = (256, 512, 1024, 2048, 4096, 8192)
 PAGE_SIZE = 16
 
 
-class Clock:
-    """The model, stamping when each forward call on a state returns (perf_counter seconds)."""
+class Clock(CountingModel):
+    """The harness's CountingModel, also stamping when each forward call's logits are ready (perf_counter)."""
+
+    ready: list[float]  # one stamp per call in `calls`, same order
 
     def __init__(self, model: Any) -> None:
-        self.model = model
-        self.config = model.config
-        self.states: list[Any] = []
-        self.calls: list[tuple[Any, int, float]] = []  # (state, tokens, time the logits were ready)
+        super().__init__(model)
+        object.__setattr__(self, "ready", [])  # CountingModel refuses plain attribute writes
 
-    def new_pool(self, *args: Any, **kw: Any) -> Any:
-        return self.model.new_pool(*args, **kw)
-
-    def new_state(self, pool: Any = None) -> Any:
-        state = self.model.new_state(pool)
-        self.states.append(state)
-        return state
-
-    def forward(self, tokens: Any, state: Any) -> np.ndarray:
-        logits = self.model.forward(tokens, state)
-        self.calls.append((state, len(tokens), time.perf_counter()))
+    def forward(self, tokens: Any, state: Any) -> Any:
+        logits = super().forward(tokens, state)
+        self.ready.append(time.perf_counter())
         return logits
 
 
@@ -89,19 +82,23 @@ def one_run(model: Any, length: int, chunk_cap: int, unit: int) -> dict[str, flo
         rounds += 1
     ttft_ms = 1e3 * (time.perf_counter() - t0)
     host.round()  # the decoding streams' next tokens: the gap that spans the last (or only) prefill chunk
-    new_state = clock.states[2]
+    new_stream = (
+        2  # streams are numbered in the order of their first forward: the two others, then the new one
+    )
     gap_rounds = max(g for s in others for g in host.decode_gaps(s)[before[s] - 1 :])
     gap_ms, gap_tokens = 0.0, 0
-    for state in clock.states[:2]:
+    for stream in (0, 1):
         last, prefilled = None, 0
-        for i, (st, n, t) in enumerate(clock.calls):  # gaps ending after the submit
-            if st is state:
+        for i, (call, t) in enumerate(
+            zip(clock.calls, clock.ready, strict=True)
+        ):  # gaps ending after the submit
+            if call.stream == stream:
                 if last is not None and i >= start_call:
                     gap_ms = max(gap_ms, 1e3 * (t - last))
                     gap_tokens = max(gap_tokens, prefilled)
                 last, prefilled = t, 0
-            elif st is new_state:
-                prefilled += n
+            elif call.stream == new_stream:
+                prefilled += len(call.tokens)
     return {
         "max_gap_rounds": gap_rounds,
         "max_gap_ms": gap_ms,

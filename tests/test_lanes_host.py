@@ -4,8 +4,9 @@ Decode never stalls behind a prefill, leaving frees the lane, streams do not dis
 stateful program of submit / round / cancel / leave / resume keeps the pool, the schedule and every
 stream's tokens right.
 
-The stall is measured outside the host: a recorder around the model logs every forward call with its state, so
-the prompt tokens forwarded between two tokens of a decoding stream are counted from the calls themselves.
+The stall is measured outside the host: the harness's CountingModel around the model logs every forward call
+with its stream, so the prompt tokens forwarded between two tokens of a decoding stream are counted from the calls
+themselves.
 """
 
 from __future__ import annotations
@@ -28,30 +29,9 @@ from hypothesis.statistics import collector, describe_statistics
 from lane_probe import LaneProbe
 
 import falsify
+from falsify.harness.instruments import CountingModel
 
 PAGE_SIZE = 16
-
-
-class Recorder:
-    """The model, logging the states it made and (state, tokens) for every forward call."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.config = model.config
-        self.states: list[Any] = []
-        self.calls: list[tuple[Any, int]] = []
-
-    def new_pool(self, *args: Any, **kw: Any) -> Any:
-        return self.model.new_pool(*args, **kw)
-
-    def new_state(self, pool: Any = None) -> Any:
-        state = self.model.new_state(pool)
-        self.states.append(state)
-        return state
-
-    def forward(self, tokens: Any, state: Any) -> np.ndarray:
-        self.calls.append((state, len(tokens)))
-        return self.model.forward(tokens, state)
 
 
 def prompt_of(model: Any, n: int, seed: int) -> list[int]:
@@ -80,7 +60,7 @@ def alone(engine: Any, model: Any) -> Any:
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-004")
 @pytest.mark.parametrize(("prompt_len", "chunk_cap"), [(300, 64), (700, 128), (1100, 64)])
 def test_decode_waits_at_most_one_chunk(engine: Any, model: Any, prompt_len: int, chunk_cap: int) -> None:
-    rec = Recorder(model)
+    rec = CountingModel(model)
     host = engine.lane_host(rec, chunk_cap=chunk_cap, pages=256, page_size=PAGE_SIZE)
     rounds_needed = -(-prompt_len // chunk_cap) + 4
     b = host.submit(prompt_of(model, 5, 1), rounds_needed + 4)
@@ -91,14 +71,15 @@ def test_decode_waits_at_most_one_chunk(engine: Any, model: Any, prompt_len: int
     a = host.submit(prompt_of(model, prompt_len, 3), 2)
     while not host.tokens(a):
         host.round()
-    b_state, a_state = rec.states[0], rec.states[2]
+    # streams are numbered in the order of their first forward: b (submitted first), c, then a
+    b_stream, a_stream = 0, 2
     between, prefill_between = [], 0
-    for state, n in rec.calls[start:]:
-        if state is b_state:  # one token of B
+    for call in rec.calls[start:]:
+        if call.stream == b_stream:  # one token of B
             between.append(prefill_between)
             prefill_between = 0
-        elif state is a_state:
-            prefill_between += n
+        elif call.stream == a_stream:
+            prefill_between += len(call.tokens)
     between.append(prefill_between)
     falsify.check(
         "FALSIFY-SERVE-PREFILL-004",

@@ -2,8 +2,8 @@
 
 Stepped == whole == one forward call, kept prefixes, cancel between chunks, and cuts off the chunk grid.
 
-Cuts are measured, not read back from the plan: a recorder around the model logs every forward call with the
-state it advanced and that state's position afterwards. The oracle for "the whole pass" is one model forward
+Cuts are measured, not read back from the plan: the harness's CountingModel around the model logs every forward
+call with the state it advanced and that state's position at the call; a cut is that position plus the tokens fed. The oracle for "the whole pass" is one model forward
 call over the same tokens, which the model computes in internal chunks of chunk_size aligned to the call's
 first token.
 """
@@ -17,29 +17,13 @@ import numpy as np
 import pytest
 
 import falsify
+from falsify.harness.instruments import CountingModel
 
 
-class Recorder:
-    """The model, with a log of (state, tokens, position after) for every forward call."""
-
-    def __init__(self, model: Any) -> None:
-        self.model = model
-        self.config = model.config
-        self.calls: list[tuple[Any, int, int]] = []
-
-    def new_pool(self, *args: Any, **kw: Any) -> Any:
-        return self.model.new_pool(*args, **kw)
-
-    def new_state(self, pool: Any = None) -> Any:
-        return self.model.new_state(pool)
-
-    def forward(self, tokens: Any, state: Any) -> np.ndarray:
-        logits = self.model.forward(tokens, state)
-        self.calls.append((state, len(tokens), int(state.pos)))
-        return logits
-
-    def cuts(self, state: Any) -> list[int]:
-        return [pos for s, _, pos in self.calls if s is state]
+def cuts(rec: CountingModel, state: Any, since: int = 0) -> list[int]:
+    """Where each forward call on `state` (from call `since` on) ended: its start position plus the tokens fed."""
+    stream = rec.stream_of(state)
+    return [c.start + len(c.tokens) for c in rec.calls[since:] if c.stream == stream]
 
 
 def sha(x: np.ndarray) -> str:
@@ -67,7 +51,7 @@ def model(engine: Any) -> Any:
     ("n", "chunk_cap"), [(1, 64), (63, 64), (150, 64), (257, 128), (500, 192), (600, 256)]
 )
 def test_stepped_equals_whole_and_one_call(engine: Any, model: Any, n: int, chunk_cap: int) -> None:
-    rec = Recorder(model)
+    rec = CountingModel(model)
     prompt = prompt_of(model, n, seed=n)
     # an engine without paged KV (no new_pool) shares nothing between streams: no pool then
     pool = model.new_pool(64, 16) if hasattr(model, "new_pool") else None
@@ -83,8 +67,8 @@ def test_stepped_equals_whole_and_one_call(engine: Any, model: Any, n: int, chun
         "FALSIFY-SERVE-PREFILL-001",
         n=n,
         chunk_cap=chunk_cap,
-        stepped_cuts=rec.cuts(stepped.state),
-        whole_cuts=rec.cuts(whole.state),
+        stepped_cuts=cuts(rec, stepped.state),
+        whole_cuts=cuts(rec, whole.state),
         stepped_state=stepped.state.digest(),
         whole_state=whole.state.digest(),
         one_call_state=one_state,
@@ -97,7 +81,7 @@ def test_stepped_equals_whole_and_one_call(engine: Any, model: Any, n: int, chun
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-002", requires=["prefill"])
 @pytest.mark.parametrize(("p", "n"), [(1, 75), (64, 150), (100, 301), (128, 129), (256, 400)])
 def test_resume_from_kept_prefix(engine: Any, model: Any, p: int, n: int) -> None:
-    rec = Recorder(model)
+    rec = CountingModel(model)
     shared = prompt_of(model, p, seed=p)
     first = shared + prompt_of(model, 90, seed=p + 1)  # an earlier request sharing the first p tokens
     prompt = shared + prompt_of(model, n - p, seed=n)
@@ -117,8 +101,8 @@ def test_resume_from_kept_prefix(engine: Any, model: Any, p: int, n: int) -> Non
         n=n,
         chunk_size=model.config.chunk_size,
         resumed_start=resumed_start,
-        resumed_cuts=rec.cuts(resumed.state),
-        whole_cuts=rec.cuts(whole.state),
+        resumed_cuts=cuts(rec, resumed.state),
+        whole_cuts=cuts(rec, whole.state),
         resumed_state=resumed.state.digest(),
         whole_state=whole.state.digest(),
         one_call_state=one_state,
@@ -132,7 +116,7 @@ def test_resume_from_kept_prefix(engine: Any, model: Any, p: int, n: int) -> Non
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-003", requires=["prefill"])
 @pytest.mark.parametrize(("k", "n"), [(1, 150), (2, 150), (3, 300), (2, 129)])
 def test_cancel_between_chunks_then_resume(engine: Any, model: Any, k: int, n: int) -> None:
-    rec = Recorder(model)
+    rec = CountingModel(model)
     prompt = prompt_of(model, n, seed=k * 1000 + n)
     cancelled = engine.prefill(rec, model.new_state(), prompt, chunk_cap=64)
     stopped = cancelled.run(cancel=engine.cancel_token().with_budget(k))
@@ -144,7 +128,7 @@ def test_cancel_between_chunks_then_resume(engine: Any, model: Any, k: int, n: i
     resumed.run()
     whole = engine.prefill(rec, model.new_state(), prompt, chunk_cap=64)
     whole.run()
-    resumed_cuts = [pos for s, _, pos in rec.calls[calls_before_resume:] if s is resumed.state]
+    resumed_cuts = cuts(rec, resumed.state, since=calls_before_resume)
     falsify.check(
         "FALSIFY-SERVE-PREFILL-003",
         k=k,
@@ -152,7 +136,7 @@ def test_cancel_between_chunks_then_resume(engine: Any, model: Any, k: int, n: i
         cancelled_pos=cancelled_pos,
         cancelled_state=cancelled_state,
         prefix_state=prefix_state,
-        whole_cuts=rec.cuts(whole.state),
+        whole_cuts=cuts(rec, whole.state),
         resumed_cuts=resumed_cuts,
         resumed_state=resumed.state.digest(),
         whole_state=whole.state.digest(),

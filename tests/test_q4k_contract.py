@@ -8,13 +8,13 @@ README there). The block decoder below is the test's own reading of struct block
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import q4k_cases as cases  # tests/data/q4k/, on pytest's pythonpath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,17 +24,6 @@ QK_K = 256
 BLOCK_BYTES = 2 + 2 + 12 + QK_K // 2
 DATA = Path(__file__).parent / "data" / "q4k"
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def _load_cases() -> Any:
-    spec = importlib.util.spec_from_file_location("q4k_cases", DATA / "cases.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cases = _load_cases()
 
 
 @pytest.fixture(scope="module")

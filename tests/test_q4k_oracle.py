@@ -3,35 +3,22 @@ its sdist). Marked `oracle`: run with `tox -e oracle` or `pytest -m oracle tests
 FALSIFY-Q4K-012, which `requires: [oracle:ggml]`: without ggml-python the gate reports it NOT APPLICABLE by name.
 
 13 data classes x 2,400 blocks = 31,200 blocks quantized by both quantize_row_q4_K_ref and the engine, plus 9 hard
-classes x 800 blocks (tests/data/q4k/cases.py, HARD_CLASSES).
+classes x 800 blocks (tests/data/q4k/q4k_cases.py, HARD_CLASSES).
 """
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import q4k_cases as cases  # tests/data/q4k/, on pytest's pythonpath
 
 pytestmark = pytest.mark.oracle
 
 QK_K = 256
 BLOCK_BYTES = 2 + 2 + 12 + QK_K // 2
 BLOCKS_PER_CLASS = 2400
-
-
-def _load_cases() -> Any:
-    path = Path(__file__).parent / "data" / "q4k" / "cases.py"
-    spec = importlib.util.spec_from_file_location("q4k_cases", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-cases = _load_cases()
 
 
 @pytest.fixture(scope="module")

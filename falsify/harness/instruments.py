@@ -23,8 +23,8 @@ CountingModel(model)
     session, a prefill or a lane host built on the proxy runs the engine's own code. Each `forward(tokens,
     state)` call is recorded as a `Forward(start, tokens, stream)` before it runs: `start` is `state.pos` at the
     call, `tokens` the ids fed, `stream` a small ordinal per distinct state object (first seen = 0). `calls` is
-    the list, `forwards` its length, `tokens_fed` the total tokens, `reset()` forgets them (e.g. after a warm-up
-    run). Thread-safe. Only calls through this object are seen: an engine that must advance state only through
+    the list, `forwards` its length, `tokens_fed` the total tokens, `stream_of(state)` a state's ordinal,
+    `reset()` forgets them (e.g. after a warm-up run). Thread-safe. Only calls through this object are seen: an engine that must advance state only through
     the model it is given (the engine protocol's rule) cannot hide a forward from it.
 """
 
@@ -139,6 +139,11 @@ class CountingModel:
                 stream = self._streams[id(state)] = len(self._states)
                 self._states.append(state)  # keeps id(state) unique while recorded
             self._calls.append(Forward(int(start), fed, stream))
+
+    def stream_of(self, state: Any) -> int | None:
+        """The ordinal `Forward.stream` gives calls on `state`; None if no call on it was recorded."""
+        with self._lock:
+            return self._streams.get(id(state))
 
     @property
     def wrapped(self) -> Any:
