@@ -58,7 +58,7 @@ def local_run(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def ray_run(root: Path, kill_worker: bool) -> dict:
+def ray_run(root: Path, kill_worker: bool, command: str = "mutants", *extra: str) -> dict:
     cmd = [
         "unshare",
         "-n",
@@ -69,7 +69,7 @@ def ray_run(root: Path, kill_worker: bool) -> dict:
         ENGINE,
     ]
     proc = subprocess.run(
-        [*cmd, *(["--kill-worker"] if kill_worker else [])],
+        [*cmd, *(["--kill-worker"] if kill_worker else []), "--command", command, "--", *extra],
         capture_output=True,
         text=True,
         timeout=1500,
@@ -88,7 +88,7 @@ def test_ray_gives_the_local_report_and_a_killed_worker_loses_nothing(toy: Path,
     expected = normalised_report(toy)
     (toy / ".falsify").rename(tmp_path / "local-out")
 
-    ran = ray_run(toy, kill_worker=True)
+    ran = ray_run(toy, True, "mutants", "-j", "2")
     assert ran["killed_worker"], ran["output"][-3000:]
     assert ran["exit"] == 0, ran["output"][-3000:]
     out = ran["output"]
@@ -97,3 +97,24 @@ def test_ray_gives_the_local_report_and_a_killed_worker_loses_nothing(toy: Path,
     for mid in mutants:
         assert out.count(f"] {mid}: ") == 1, out[-3000:]
     assert normalised_report(toy) == expected
+
+
+@needs_netns
+def test_a_ray_campaign_merges_shards_and_prints_a_replayable_failure(toy: Path) -> None:
+    """Every prediction x 2 seeds under the thorough profile on the cluster, with a bug that only n == 7 shows."""
+    loop = toy / "toy" / "loop.py"
+    source = loop.read_text(encoding="utf-8")
+    planted = source.replace(
+        "return self.n is not None and self.polls > self.n",
+        "return self.n is not None and self.polls > self.n + (self.n == 7)",
+    )
+    assert planted != source
+    loop.write_text(planted, encoding="utf-8")
+    ran = ray_run(toy, False, "campaign", "--seeds", "2")
+    out = ran["output"]
+    assert ran["exit"] == 1, out[-3000:]
+    assert "6 shards (3 predictions x 2 seeds), profile thorough" in out, out[-3000:]
+    for pid in ("FALSIFY-TOY-001", "FALSIFY-TOY-002", "FALSIFY-TOY-003"):
+        assert out.count(f"] {pid} seed ") == 2, out[-3000:]
+    assert "FALSIFY-TOY-001 seed 0: FAIL" in out and "FALSIFY-TOY-003 seed 0: PASS" in out, out[-3000:]
+    assert "@reproduce_failure(" in out and "n=7" in out, out[-3000:]

@@ -39,7 +39,16 @@ def _register_hypothesis_profiles() -> None:
     settings.register_profile(
         "ci", derandomize=True, database=None, deadline=None, print_blob=True, suppress_health_check=quiet
     )
-    settings.register_profile("thorough", max_examples=1000, deadline=None, suppress_health_check=quiet)
+    # Campaigns (falsify campaign): many examples, each shard seeded by --hypothesis-seed, a failure printed as a
+    # reproduction blob, nothing shared between shards through a database.
+    settings.register_profile(
+        "thorough",
+        max_examples=1000,
+        deadline=None,
+        print_blob=True,
+        database=None,
+        suppress_health_check=quiet,
+    )
     # Mutation runs only need the first counterexample, fast: no shrinking, no database, fixed seed.
     settings.register_profile(
         "mutation",

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from falsify.errors import FalsifyError
 
@@ -163,6 +163,58 @@ def run_ray(
                 yield ray.get(r)
     finally:
         ray.shutdown()
+
+
+def run_tasks(
+    fn: Callable[..., Any],
+    tasks: list[tuple[Any, ...]],
+    root: Path,
+    executor: str,
+    address: str | None,
+    jobs: int = 0,
+) -> Iterator[Any]:
+    """fn(project_root, *task) for every task, in completion order: on local threads in `root` itself, or as Ray
+    tasks in a snapshot of `root` unpacked on each node (fn must be a module-level function, pure in its args)."""
+    if executor == "local":
+        from falsify.mutation.semantic.runner import available_cores
+
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs or available_cores(), len(tasks) or 1))) as pool:
+            futures = [pool.submit(fn, root, *task) for task in tasks]
+            for future in as_completed(futures):
+                yield future.result()
+        return
+    if executor != "ray":
+        raise ExecutorError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError("--executor ray needs Ray: pip install 'falsify-harness[ray]'") from None
+    from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
+
+    def skip(rel: Path) -> bool:
+        return (
+            any(fnmatch.fnmatch(p, pat) for p in rel.parts for pat in IGNORE_ANYWHERE)
+            or rel.parts[0] in IGNORE_TOP
+        )
+
+    digest, data = snapshot(root, skip)
+    try:
+        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ExecutorError(f"no Ray cluster at {address!r}: {exc}") from None
+    try:
+        remote = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(_in_snapshot)
+        ref = ray.put(data)
+        pending = [remote.remote(digest, ref, fn, task) for task in tasks]
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
+    finally:
+        ray.shutdown()
+
+
+def _in_snapshot(digest: str, data: bytes, fn: Callable[..., Any], task: tuple[Any, ...]) -> Any:
+    return fn(unpack(digest, data), *task)
 
 
 def results(

@@ -1,8 +1,8 @@
 """Run inside a fresh network namespace (`unshare -n`, only loopback exists): start a two-node Ray cluster on
-127.0.0.1, run `falsify mutants --executor ray` against it in PROJECT, optionally SIGKILL the worker node once the
-tasks are out, stop everything, and print one JSON line: {"exit": ..., "output": ..., "killed_worker": ...}.
+127.0.0.1, run `falsify COMMAND --executor ray` against it in PROJECT (mutants by default), optionally SIGKILL the
+worker node once the tasks are out, stop everything, and print one JSON line: {"exit", "output", "killed_worker"}.
 
-python cluster_run.py PROJECT --kill-worker --engine ENGINE
+python cluster_run.py PROJECT --engine ENGINE [--kill-worker] [--command campaign] [-- EXTRA ARGS]
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ def main() -> int:
     parser.add_argument("project", type=Path)
     parser.add_argument("--engine", required=True)
     parser.add_argument("--kill-worker", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--command", default="mutants", choices=["mutants", "campaign"])
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.extra = argv[cut + 1 :]
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     temp = Path(tempfile.mkdtemp(prefix="falsify-ray-"))
     port = free_port()
@@ -84,15 +88,14 @@ def main() -> int:
                 str(BIN / "python"),
                 "-m",
                 "falsify.cli",
-                "mutants",
+                args.command,
                 "--engine",
                 args.engine,
                 "--executor",
                 "ray",
                 "--address",
                 f"127.0.0.1:{port}",
-                "-j",
-                "2",
+                *args.extra,
             ],
             cwd=args.project,
             stdout=subprocess.PIPE,
@@ -104,7 +107,7 @@ def main() -> int:
         assert run.stdout is not None
         for line in run.stdout:
             lines.append(line)
-            if args.kill_worker and not killed and "in the object store" in line:
+            if args.kill_worker and not killed and ("in the object store" in line or "shards (" in line):
                 time.sleep(3)  # the first tasks are running, some on the worker node
                 os.killpg(worker.pid, signal.SIGKILL)
                 killed = True
