@@ -97,8 +97,16 @@ def proof_lines(run: Run) -> str:
     """Which predictions this run proved able to fail, with the unproven ones named."""
     proved = proofs(run.corpus, red_by_mutant(run))
     lines = [f"mutants: {len(proved)} predictions: {proof_summary(proved)} by this run"]
+    ran = {r.mutant.id for r in run.results}
+    elsewhere = [
+        pid
+        for pid, proof in proved.items()
+        if proof.status is Proof.UNPROVEN and proof.expected and not set(proof.expected) & ran
+    ]
+    if elsewhere:
+        lines.append(f"  {len(elsewhere)} of them are listed only by mutants this run did not include")
     for pid, proof in proved.items():
-        if proof.status is Proof.UNPROVEN:
+        if proof.status is Proof.UNPROVEN and pid not in elsewhere:
             why = (
                 f"listed mutants {', '.join(proof.expected)} did not turn it red"
                 if proof.expected
