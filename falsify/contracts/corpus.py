@@ -255,23 +255,22 @@ def _formula(
     return formula
 
 
+def _stem_problems(doc: Located, field: str, kind: str) -> list[Problem]:
+    """The file's id field must equal its file stem (`kind`-id); the one problem if it does not."""
+    stem = Path(doc.file).stem
+    if doc.data[field] == stem:
+        return []
+    message = f"{kind} id {doc.data[field]!r} must equal the file stem {stem!r}"
+    return [Problem(doc.file, doc.line((field,)), field, message, f"{kind}-id")]
+
+
 def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
     found = _schema_problems(doc, "contract-v1")
     problems.extend(found)
     if found:
         return None
     data = doc.data
-    stem = Path(doc.file).stem
-    if data["contract"] != stem:
-        problems.append(
-            Problem(
-                doc.file,
-                doc.line(("contract",)),
-                "contract",
-                f"contract id {data['contract']!r} must equal the file stem {stem!r}",
-                "contract-id",
-            )
-        )
+    problems.extend(_stem_problems(doc, "contract", "contract"))
     observables: dict[str, dict[str, Any]] = data["observables"]
     predictions = []
     ok = True
@@ -358,17 +357,9 @@ def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
     if found:
         return None
     d = doc.data
-    stem = Path(doc.file).stem
-    if d["id"] != stem:
-        problems.append(
-            Problem(
-                doc.file,
-                doc.line(("id",)),
-                "id",
-                f"mutant id {d['id']!r} must equal the file stem {stem!r}",
-                "mutant-id",
-            )
-        )
+    bad_id = _stem_problems(doc, "id", "mutant")
+    if bad_id:
+        problems.extend(bad_id)
         return None
     project = find_project_or_none(Path(doc.file).parent)
     root = project.root if project else Path.cwd()

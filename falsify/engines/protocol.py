@@ -35,6 +35,7 @@ the attributes an engine lacks for a capability (tests/test_engines.py runs it o
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -144,6 +145,21 @@ class Run(Protocol):
     positions: Sequence[int]  # position of the token each decode forward consumed
     wasted_forwards: int  # forwards whose logits produced no emitted token
     stop_reason: Any  # str() is "cancelled", "max_tokens" or "stop_token"
+    prompt_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A `Run` as a frozen record, for adapters to return from `generate` (the broken and HF adapters do)."""
+
+    tokens: tuple[int, ...]
+    emitted: int
+    decode_forwards: int
+    prefill_forwards: int
+    polls: int
+    positions: tuple[int, ...]
+    wasted_forwards: int
+    stop_reason: str
     prompt_len: int
 
 

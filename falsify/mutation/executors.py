@@ -16,11 +16,14 @@ import fnmatch
 import hashlib
 import io
 import os
+import signal
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from falsify.errors import FalsifyError
@@ -231,3 +234,18 @@ def results(
     if executor == "ray":
         return run_ray(runner, scratch, mutants, timeout, address or "auto")
     raise ExecutorError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block SIGTERM raises KeyboardInterrupt, so a killed run removes its scratch copies as Ctrl-C
+    does (main thread only, as signal.signal requires)."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

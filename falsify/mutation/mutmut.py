@@ -27,7 +27,6 @@ import dataclasses
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -36,12 +35,12 @@ import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from falsify import __version__
 from falsify.errors import FalsifyError
 from falsify.mutation import stryker
+from falsify.mutation.executors import sigterm_interrupts
 from falsify.mutation.semantic.scratch import Scratch
 from falsify.project import Project, find_project
 from falsify.table import table
@@ -596,10 +595,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def _sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     from falsify.mutation.semantic.runner import available_cores
 
@@ -619,8 +614,7 @@ def run(args: argparse.Namespace) -> int:
         if args.timeout <= 0:
             raise MutmutError(f"--timeout must be > 0, got {args.timeout}")
         config = dataclasses.replace(config, timeout=args.timeout)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
+    with sigterm_interrupts():
         result = run_mutmut(
             project,
             config,
@@ -628,8 +622,6 @@ def run(args: argparse.Namespace) -> int:
             jobs=args.jobs or available_cores(),
             progress=lambda line: print(line, flush=True),
         )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if args.since and not result.patterns:
         return 0
     if result.survivors:

@@ -12,25 +12,12 @@ Only `generate` is offered: every other capability is NOT APPLICABLE, so the gat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from falsify.engines.protocol import RunRecord
 from reference.engine import ReferenceEngine
-
-
-@dataclass(frozen=True, slots=True)
-class BrokenRun:
-    tokens: tuple[int, ...]
-    emitted: int
-    decode_forwards: int
-    prefill_forwards: int
-    polls: int
-    positions: tuple[int, ...]
-    wasted_forwards: int
-    stop_reason: str
-    prompt_len: int
 
 
 class BrokenSession:
@@ -45,7 +32,7 @@ class BrokenSession:
         stop_tokens: Iterable[int] = (),
         sampler: Callable[[np.ndarray], int] | None = None,
         on_token: Callable[[int], object] | None = None,
-    ) -> BrokenRun:
+    ) -> RunRecord:
         from reference.cancel import CancelToken
 
         cancel = CancelToken.never() if cancel is None else cancel
@@ -78,7 +65,7 @@ class BrokenSession:
             reason = "max_tokens"
         else:
             reason = "cancelled"
-        return BrokenRun(
+        return RunRecord(
             tuple(tokens),
             len(tokens),
             decode_forwards,

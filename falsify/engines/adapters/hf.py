@@ -36,6 +36,7 @@ import torch
 import transformers
 from transformers.generation.streamers import BaseStreamer
 
+from falsify.engines.protocol import RunRecord
 from reference.prefill import Prefill
 
 # The width torch_chunk_gated_delta_rule (transformers' Qwen3.5 fallback kernel without flash-linear-attention)
@@ -208,21 +209,6 @@ class HFModel:
 # -- generate -----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class HFRun:
-    """What one generate call emitted and what it cost, measured around model.generate."""
-
-    tokens: tuple[int, ...]
-    emitted: int
-    decode_forwards: int
-    prefill_forwards: int
-    polls: int
-    positions: tuple[int, ...]
-    wasted_forwards: int
-    stop_reason: str
-    prompt_len: int
-
-
 class _ForwardMeter:
     """A forward pre-hook: (tokens fed, cache position before the call) for every model forward.
 
@@ -306,7 +292,7 @@ class HFSession:
         stop_tokens: Iterable[int] = (),
         sampler: Callable[[np.ndarray], int] | None = None,
         on_token: Callable[[int], object] | None = None,
-    ) -> HFRun:
+    ) -> RunRecord:  # measured around model.generate
         from reference.cancel import CancelToken
 
         vocab = self.model.config.vocab_size
@@ -366,7 +352,7 @@ class HFSession:
             reason = "max_tokens"
         else:
             reason = "cancelled"
-        return HFRun(
+        return RunRecord(
             tokens=tuple(tokens),
             emitted=len(tokens),
             decode_forwards=len(decode),

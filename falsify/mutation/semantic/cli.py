@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
-from types import FrameType
 
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.loading import check_engine, resolve_engine
-from falsify.mutation.executors import EXECUTORS
+from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
 
@@ -91,10 +89,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def _sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def run(args: argparse.Namespace) -> int:
     project, corpus, problems = load()
     if problems:
@@ -123,11 +117,8 @@ def run(args: argparse.Namespace) -> int:
         executor=args.executor,
         address=args.address,
     )
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
+    with sigterm_interrupts():
         result = Runner(project, corpus, settings, progress=lambda line: print(line, flush=True)).run(mutants)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     if result.control is not None and not result.control.ok:
         print(result.control.detail)
         print(report.verdict(result)[0])
