@@ -6,7 +6,7 @@
 It implements the protocol from the document, as an engine in another language would, and shares no code with
 the harness's client (falsify/engines/wire): the same reference Session runs behind it, its model wrapped so each
 forward is reported (`$/forward`) before it runs, its cancel token a `$/poll` to the harness, its sampler the
-harness's (`$/sample`) when the request asks for it. Capabilities: generate, state.
+harness's (`$/sample`) when the request asks for it. Capabilities: generate, state, prefill.
 
 Exit codes: 0 after `exit` following `shutdown` (or stdin closed), 1 after `exit` without `shutdown`, 2 bad
 arguments.
@@ -138,7 +138,7 @@ class Engine:
             return {
                 "protocolVersion": PROTOCOL_VERSION,
                 "engine": {"name": "reference", "version": "0.1.0"},
-                "capabilities": ["generate", "state"],
+                "capabilities": ["generate", "state", "prefill"],
             }
         if not self.initialized:
             raise Refusal(SERVER_NOT_INITIALIZED, f"{method} before initialize")
@@ -246,6 +246,56 @@ class Engine:
             raise Refusal(INVALID_PARAMS, "params.tokens: at least one token")
         logits = self.handles[model_handle].forward(np.asarray(tokens, np.int64), state)
         return {"logits": _f32(logits), "pos": state.pos}
+
+    def do_prefill_open(self, params: dict[str, Any], rid: int, link: Link) -> dict[str, Any]:
+        from reference.prefill import KeptPrefix, Prefill
+
+        model_handle, state = self._get(params, "state", "state")
+        kept = []
+        for i, item in enumerate(_need(params, "kept", list)):
+            if not isinstance(item, dict):
+                raise Refusal(INVALID_PARAMS, f"params.kept[{i}]: an object")
+            kept.append(KeptPrefix(tuple(_ids(item, "tokens")), self._get(item, "state", "state")[1]))
+        cap = params.get("chunk_cap")
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool)):
+            raise Refusal(INVALID_PARAMS, "params.chunk_cap: an integer or null")
+        wrapper = _Reporting(self.handles[model_handle])
+        pf = Prefill.open(
+            wrapper,
+            state,
+            _ids(params, "prompt"),
+            chunk_cap=cap,
+            kept=kept,
+            marks=_ids(params, "marks"),
+            starts=_ids(params, "starts"),
+            keep_logits=bool(params.get("keep_logits")),
+        )
+        handle = params["state"] if pf.state is state else self._new("state", (model_handle, pf.state))
+        prefill = self._new("prefill", (pf, wrapper, model_handle, [0]))
+        return {"prefill": prefill, "state": handle, "pos": pf.pos, "done": pf.done}
+
+    def do_prefill_step(self, params: dict[str, Any], rid: int, link: Link) -> dict[str, Any]:
+        pf, wrapper, model_handle, seen = self._get(params, "prefill", "prefill")
+        wrapper.report = lambda start, tokens: link.notify(
+            "$/forward", {"request": rid, "start": start, "tokens": tokens}
+        )
+        try:
+            done = pf.step()
+        finally:
+            wrapper.report = None
+        kept = [
+            {"tokens": list(k.tokens), "state": self._new("state", (model_handle, k.state))}
+            for k in pf.kept[seen[0] :]
+        ]
+        seen[0] = len(pf.kept)
+        chunk = pf.chunk_logits[-1] if pf.chunk_logits else None
+        return {
+            "done": done,
+            "pos": pf.pos,
+            "logits": _f32(pf.logits),
+            "chunk_logits": None if chunk is None else _f32(chunk),
+            "kept": kept,
+        }
 
     def do_state_bytes(self, params: dict[str, Any], rid: int, link: Link) -> dict[str, Any]:
         state = self._get(params, "state", "state")[1]

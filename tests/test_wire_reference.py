@@ -1,8 +1,8 @@
 """The reference engine served over the wire protocol judges the same as in process.
 
-`python -m reference.serve` (stdio, and HTTP) runs the cancellation falsifiers through falsify's wire client; the
-results files of those runs and of the in-process run are diffed test by test: outcome, message, how many checks
-ran and held, and the observed values.
+`python -m reference.serve` (stdio, and HTTP) runs the cancellation and stepped-prefill falsifiers through
+falsify's wire client; the results files of those runs and of the in-process run are diffed test by test:
+outcome, message, how many checks ran and held, and the observed values.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVE = f"{sys.executable} -m reference.serve"
+FILES = ("tests/test_cancel_contract.py", "tests/test_prefill_steps.py")  # generate; prefill (and state)
 
 
 def env() -> dict[str, str]:
@@ -59,7 +60,7 @@ def records(path: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def in_process(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("inproc") / "results.json"
-    proc = falsifiers("reference", out, "tests/test_cancel_contract.py")
+    proc = falsifiers("reference", out, *FILES)
     assert proc.returncode == 0, proc.stdout[-2000:]
     return records(out)
 
@@ -74,10 +75,10 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 def test_stdio_engine_judges_like_the_in_process_one(in_process: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "results.json"
-    proc = falsifiers(f"exec:{SERVE}", out, "tests/test_cancel_contract.py")
+    proc = falsifiers(f"exec:{SERVE}", out, *FILES)
     assert proc.returncode == 0, proc.stdout[-2000:]
     wire = records(out)
-    assert len(wire) == 9 and all(r["outcome"] == "passed" for r in wire.values())
+    assert len(wire) == len(in_process) >= 20 and all(r["outcome"] == "passed" for r in wire.values())
     assert not diff(in_process, wire), "\n".join(diff(in_process, wire))
 
 
@@ -95,10 +96,10 @@ def test_http_engine_judges_like_the_in_process_one(in_process: dict[str, Any], 
         found = re.search(r"http://127\.0\.0\.1:(\d+)", banner)
         assert found, banner
         out = tmp_path / "results.json"
-        proc = falsifiers(found.group(0), out, "tests/test_cancel_contract.py")
+        proc = falsifiers(found.group(0), out, *FILES)
         assert proc.returncode == 0, proc.stdout[-2000:]
         wire = records(out)
-        assert len(wire) == 9
+        assert len(wire) == len(in_process) >= 20
         assert not diff(in_process, wire), "\n".join(diff(in_process, wire))
         assert server.wait(30) == 0  # the harness ended it: shutdown, then exit
     finally:

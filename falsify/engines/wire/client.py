@@ -36,7 +36,7 @@ DEFAULT_TIMEOUT = 30.0  # seconds the harness waits for each message of the engi
 DEFAULT_MAX_LINE = 16 * 2**20  # bytes in one message line (FALSIFY_WIRE_MAX_LINE)
 
 # falsify capabilities (falsify/engines/protocol.py) a wire engine can serve, and the wire capability each needs.
-SERVED = {"generate": "generate"}
+SERVED = {"generate": ("generate",), "prefill": ("prefill", "state")}
 
 
 def _env_number(name: str, default: float) -> float:
@@ -115,8 +115,9 @@ class WireEngine:
         wire = SERVED.get(capability)
         if wire is None:
             return f"the wire protocol ({PROTOCOL_VERSION}) does not carry {capability!r}"
-        if wire not in self.capabilities:
-            return f"engine {self.info.get('name', self.spec)} does not offer {wire!r} over the wire"
+        lacking = [c for c in wire if c not in self.capabilities]
+        if lacking:
+            return f"engine {self.info.get('name', self.spec)} does not offer {' and '.join(map(repr, lacking))} over the wire"
         return None
 
     def load_model(self, weights: str = "f32") -> WireModel:
@@ -130,6 +131,39 @@ class WireEngine:
 
     def cancel_token(self) -> type[HarnessCancel]:
         return HarnessCancel
+
+    def prefill(
+        self,
+        model: Any,
+        state: WireState,
+        prompt: Sequence[int],
+        chunk_cap: int | None = None,
+        kept: Any = (),
+        marks: Iterable[int] = (),
+        starts: Iterable[int] = (),
+        keep_logits: bool = False,
+    ) -> WirePrefill:
+        """A stepped prefill in the engine (protocol §4.13). `model` is the falsifier's model object (a recorder
+        around a WireModel): each chunk the engine reports is replayed through its `forward` on `state`."""
+        snapshots = [kept] if isinstance(kept, WireKept) else list(kept)
+        ids = _token_list(prompt, "prompt")
+        params = {
+            "state": state.handle,
+            "prompt": ids,
+            "chunk_cap": chunk_cap,
+            "marks": _token_list(marks, "marks"),
+            "starts": _token_list(starts, "starts"),
+            "kept": [{"tokens": list(k.tokens), "state": k.state.handle} for k in snapshots],
+            "keep_logits": bool(keep_logits),
+        }
+        result = self.connection().request("prefill_open", params)
+        if result["state"] != state.handle:  # a kept prefix was restored: the stream's state is a copy of it
+            state = WireState(self, result["state"], result["pos"])
+        elif result["pos"] != state.pos:
+            raise errors.ProtocolViolation(f"prefill_open left the state at {result['pos']}, not {state.pos}")
+        pf = WirePrefill(self, model, state, result["prefill"], result["done"], keep_logits)
+        pf.prompt = ids
+        return pf
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +196,9 @@ class WireModel:
     def forward(self, tokens: Any, state: Any) -> np.ndarray | None:
         if isinstance(state, EventState):
             return None  # a forward the engine reported during generate: it runs there, not here
+        if getattr(state, "replaying", False):  # a prefill chunk the engine reported: it ran there
+            state.pos += len(_token_list(tokens, "tokens"))
+            return None
         ids = _token_list(tokens, "tokens")
         result = self._needs_state().request("forward", {"state": state.handle, "tokens": ids})
         logits = decode_f32(result["logits"], "forward result logits")
@@ -178,6 +215,7 @@ class WireState:
         self.engine = engine
         self.handle = handle
         self.pos = pos
+        self.replaying = False  # set while a reported prefill chunk is replayed through the model object
 
     def to_bytes(self) -> bytes:
         result = self.engine.connection().request("state_bytes", {"state": self.handle})
@@ -192,6 +230,89 @@ class WireState:
 
     def release(self) -> None:
         self.engine.connection().request("release_state", {"state": self.handle})
+
+
+@dataclass(frozen=True, slots=True)
+class WireKept:
+    """A snapshot a prefill kept at a mark: `state` has consumed exactly `tokens`."""
+
+    tokens: tuple[int, ...]
+    state: WireState
+
+
+class WirePrefill:
+    """A stepped prefill running in the engine: `step()` runs exactly one chunk there. The chunk's `$/forward`
+    (exactly one per step, at the state's position, feeding the prompt's tokens there) is checked and replayed
+    through the falsifier's model object, so a recorder around the model sees every cut on this state."""
+
+    def __init__(
+        self, engine: WireEngine, model: Any, state: WireState, handle: str, done: bool, keep_logits: bool
+    ) -> None:
+        self.engine, self.model, self.state, self.handle = engine, model, state, handle
+        self._done = done
+        self.logits: np.ndarray | None = None
+        self.chunk_logits: list[np.ndarray] | None = [] if keep_logits else None
+        self.kept: list[WireKept] = []
+        self.prompt: list[int] = []
+
+    @property
+    def pos(self) -> int:
+        return self.state.pos
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def step(self) -> bool:
+        forwards: list[tuple[int, list[int]]] = []
+
+        def on_engine(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+            if method != "$/forward":
+                raise errors.ProtocolViolation(f"engine {self.engine.spec}: {method} during prefill_step")
+            forwards.append((params["start"], params["tokens"]))
+            start, fed = params["start"], params["tokens"]
+            if len(forwards) > 1 or start != self.state.pos or fed != self.prompt[start : start + len(fed)]:
+                self.engine.connection().fail(
+                    errors.ProtocolViolation(
+                        f"engine {self.engine.spec}: prefill_step reported a forward at {params['start']} "
+                        f"(forward {len(forwards)} of the step) feeding {fed[:8]}...; the state was at "
+                        f"{self.state.pos}, where the prompt has {self.prompt[start : start + 8]}..."
+                    )
+                )
+            self.state.replaying = True
+            try:
+                self.model.forward(np.asarray(params["tokens"], dtype=np.int64), self.state)
+            finally:
+                self.state.replaying = False
+            return None
+
+        result = self.engine.connection().request("prefill_step", {"prefill": self.handle}, on_engine)
+        if len(forwards) != 1 or result["pos"] != self.state.pos:
+            self.engine.connection().fail(
+                errors.ProtocolViolation(
+                    f"engine {self.engine.spec}: prefill_step reported {len(forwards)} forwards and ended at "
+                    f"{result['pos']}; the forwards reported bring the state to {self.state.pos}"
+                )
+            )
+        self.logits = decode_f32(result["logits"], "prefill_step logits")
+        if self.chunk_logits is not None:
+            if result["chunk_logits"] is None:
+                raise errors.ProtocolViolation(f"engine {self.engine.spec}: keep_logits, but no chunk_logits")
+            self.chunk_logits.append(decode_f32(result["chunk_logits"], "prefill_step chunk_logits"))
+        for item in result["kept"]:
+            self.kept.append(
+                WireKept(tuple(item["tokens"]), WireState(self.engine, item["state"], len(item["tokens"])))
+            )
+        self._done = bool(result["done"])
+        return self._done
+
+    def run(self, cancel: Any = None) -> bool:
+        """Step until done; with a cancel token, poll it (here, in the harness) before each chunk."""
+        while not self.done:
+            if cancel is not None and cancel.is_cancelled():
+                return False
+            self.step()
+        return True
 
 
 @dataclass(slots=True)

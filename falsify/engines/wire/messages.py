@@ -35,6 +35,8 @@ HARNESS_REQUESTS = (
     "forward",
     "state_bytes",
     "state_digest",
+    "prefill_open",
+    "prefill_step",
 )
 HARNESS_NOTIFICATIONS = ("exit", "$/cancelRequest")
 ENGINE_REQUESTS = ("$/poll", "$/sample")
@@ -52,6 +54,7 @@ WIRE_CAPABILITIES: dict[str, tuple[str, ...]] = {
         "state_bytes",
         "state_digest",
     ),
+    "prefill": ("prefill_open", "prefill_step"),  # with "state": a prefill advances a state handle
 }
 
 
