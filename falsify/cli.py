@@ -81,6 +81,7 @@ def add_lint(sub: argparse._SubParsersAction) -> None:
 def run_lint(args: argparse.Namespace) -> int:
     from falsify.contracts.corpus import contract_dirs
     from falsify.contracts.lint import lint, render
+    from falsify.contracts.packs import contracts_dir
 
     paths = args.paths
     if not paths:
@@ -88,6 +89,8 @@ def run_lint(args: argparse.Namespace) -> int:
         paths = contract_dirs(project, tuple(args.pack)) + (
             [project.mutants] if project.mutants.is_dir() else []
         )
+    else:  # the files named, with the packs asked for (so a mutant's kills can name a pack's predictions)
+        paths = [*paths, *(contracts_dir(name) for name in args.pack)]
     corpus, code = lint(paths)
     print(render(corpus, paths, args.format))
     return code
