@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify.contracts.corpus import Corpus
+from falsify.contracts.packs import is_pack_file
 
 
 class Proof(StrEnum):
@@ -53,7 +54,10 @@ class PredictionProof:
 
 def expected_killers(corpus: Corpus, prediction_id: str) -> tuple[str, ...]:
     p = corpus.predictions[prediction_id]
-    listed = set(p.mutants) | {m.id for m in corpus.mutants if prediction_id in m.kills}
+    present = {m.id for m in corpus.mutants}
+    # A pack's `mutants:` name bugs planted in falsify's reference engine: another project is held only to its own.
+    own = set(p.mutants) if not is_pack_file(p.file) else set(p.mutants) & present
+    listed = own | {m.id for m in corpus.mutants if prediction_id in m.kills}
     return tuple(sorted(listed))
 
 
