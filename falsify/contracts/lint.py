@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from falsify.contracts.corpus import Corpus, load_corpus
+from falsify.contracts.packs import is_pack_file
 from falsify.errors import ContractError, Problem
 
 EXIT_CLEAN, EXIT_ERRORS, EXIT_EMPTY = 0, 1, 2
@@ -30,7 +31,14 @@ def verdict(corpus: Corpus, paths: list[Path]) -> str:
     mutants = ""
     if corpus.mutants:
         # Which predictions some mutant must turn red (its contract's `mutants:` or a mutant file's `kills:`).
-        killable = {p.id for c in corpus.contracts for p in c.predictions if p.mutants}
+        # A pack prediction counts by the mutants this project has (its `mutants:` are the reference engine's).
+        present = {m.id for m in corpus.mutants}
+        killable = {
+            p.id
+            for c in corpus.contracts
+            for p in c.predictions
+            if (set(p.mutants) & present if is_pack_file(p.file) else p.mutants)
+        }
         killable |= {pid for m in corpus.mutants for pid in m.kills}
         excused = sum(1 for c in corpus.contracts for p in c.predictions if p.unproven_because)
         mutants = (
