@@ -26,6 +26,9 @@ REGISTERED = {
     "reference": "reference.engine:ReferenceEngine",
     "hf": "falsify.engines.adapters.hf:HFEngine",
     "broken": "falsify.engines.adapters.broken:BrokenEngine",
+    "llamacpp": "falsify.engines.adapters.llamacpp:LlamaCppEngine",
+    "llamacpp-q4k": "falsify.engines.adapters.llamacpp:LlamaCppQ4KEngine",
+    "llamacpp-abort": "falsify.engines.adapters.llamacpp:LlamaCppAbortEngine",
 }
 ENV = "FALSIFY_ENGINE"
 

@@ -364,6 +364,9 @@ def _summarise(observations: list[Observation]) -> dict[str, Any]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "falsifies(*ids): this test falsifies the named contract predictions")
     config.addinivalue_line("markers", "oracle: needs an external oracle package (tox -e oracle)")
+    config.addinivalue_line(
+        "markers", "llamacpp: needs llama-cpp-python built from its sdist (tox -e llamacpp)"
+    )
     try:
         found = _contracts(config)
     except (ProjectError, PackError) as exc:
