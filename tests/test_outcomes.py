@@ -96,7 +96,7 @@ def test_one_skipped_bound_test_makes_the_prediction_not_run(pytester: pytest.Py
     assert row.outcome is Outcome.NOT_RUN and row.skipped == 1
     assert row.detail.startswith("1 of 2 bound tests not run; first: skipped: needs an optional package")
     assert not got["ok"]
-    assert "gate: FAIL" in got["verdict"] and "1 skipped, 1 not applicable" in got["verdict"]
+    assert "gate: FAIL" in got["verdict"] and "2 skipped (1 not applicable)" in got["verdict"]
 
 
 def test_a_missing_oracle_is_not_applicable_by_name(pytester: pytest.Pytester) -> None:
@@ -149,4 +149,4 @@ def test_the_gate_exits_non_zero_when_a_bound_test_is_skipped(pytester: pytest.P
     rows = {r["id"]: r for r in gate["predictions"]}
     assert rows["FALSIFY-DEMO-001"]["outcome"] == "NOT RUN"
     assert rows["FALSIFY-DEMO-003"]["outcome"] == "NOT APPLICABLE"
-    assert "1 skipped, 1 not applicable" in proc.stdout and "gate: FAIL" in proc.stdout
+    assert "2 skipped (1 not applicable)" in proc.stdout and "gate: FAIL" in proc.stdout

@@ -12,6 +12,7 @@ from typing import Any
 
 from falsify.evidence import JUNIT, MUTATION_REPORT
 from falsify.evidence.figures import gaps, kill_matrix, mutmut, tolerances
+from falsify.harness.results import counts_text
 
 FIGURES = {"kill-matrix.svg": kill_matrix, "tolerances.svg": tolerances, "decode-gaps.svg": gaps}
 FIGURE_TITLES = {
@@ -111,6 +112,8 @@ def _outcome_counts(verdict: dict[str, Any]) -> str:
 
 
 def _test_counts(verdict: dict[str, Any]) -> str:
+    if "pytest" in verdict:
+        return counts_text(verdict["pytest"])
     t = verdict["tests"]
     return f"{t['tests']} tests: {t['failures']} failed, {t['errors']} errors, {t['skipped']} skipped"
 

@@ -52,7 +52,7 @@ from falsify.evidence.tree import (
 )
 from falsify.evidence.verdict import decide, junit_totals
 from falsify.harness.proven import PredictionProof, proofs
-from falsify.harness.results import PredictionResult, per_prediction
+from falsify.harness.results import PredictionResult, per_prediction, test_counts
 
 # Packages whose versions the environment block names: the harness, the engine's numerics, the oracles.
 PACKAGES = (
@@ -184,7 +184,13 @@ def build(
         }
         for r in rows
     }
-    verdict = decide([r.outcome.value for r in rows], junit_totals(run.junit), mutant_summary, proof_input)
+    verdict = decide(
+        [r.outcome.value for r in rows],
+        junit_totals(run.junit),
+        mutant_summary,
+        proof_input,
+        pytest_counts=test_counts(run.results),
+    )
 
     weights, weights_note = weights_files(root, inputs.engine)
     subjects = digest_files(root, [(name, "engine-source") for name in source_files(root, inputs.sources)])

@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from falsify.harness.proven import Proof
-from falsify.harness.results import Outcome
+from falsify.harness.results import Outcome, counts_text
 
 KILLED = "Killed"
 # Detected without a kill: the falsifiers ran past the runner's time limit (Stryker counts it as detected, and so
@@ -36,16 +36,32 @@ def junit_totals(xml: bytes) -> dict[str, int]:
     return totals
 
 
+def junit_view(counts: dict[str, int]) -> dict[str, int]:
+    """pytest's count as pytest's JUnit XML writer totals the same reports: an xfail is a skipped testcase, an
+    xpass a passed one, a collection skip or error a testcase too. (A test that fails and then errors in teardown
+    is one testcase with both, so `tests` is one less than here: such a run is NO-GO on its failure anyway.)"""
+    ran = counts["passed"] + counts["failed"] + counts["errors"] + counts["skipped"]
+    return {
+        "tests": ran + counts["xfailed"] + counts["xpassed"],
+        "failures": counts["failed"],
+        "errors": counts["errors"],
+        "skipped": counts["skipped"] + counts["xfailed"],
+    }
+
+
 def decide(
     outcomes: list[str],
     tests: dict[str, int],
     mutants: dict[str, Any],
     proofs: dict[str, dict[str, Any]] | None = None,
+    pytest_counts: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """outcomes: one Outcome value per prediction; tests: junit_totals(); mutants: {run, reason, declared,
     results: [{id, status}]}; proofs: prediction id -> {outcome, proven (falsify.harness.proven.Proof value),
-    because}, None to leave proof out (a caller with no corpus). Returns the verdict record the statements carry
-    and the reports show."""
+    because}, None to leave proof out (a caller with no corpus); pytest_counts: the same run's tests as pytest
+    counted them (falsify.harness.results.test_counts), which the summary states and the JUnit totals must
+    equal; None for results with no tally. Returns the verdict record the statements carry and the reports
+    show."""
     counts = Counter(outcomes)
     n = len(outcomes)
     reasons = []
@@ -62,6 +78,10 @@ def decide(
     if tests["failures"] or tests["errors"]:
         reasons.append(
             f"JUnit: {tests['failures']} failed and {tests['errors']} errors of {tests['tests']} tests"
+        )
+    if pytest_counts is not None and junit_view(pytest_counts) != tests:
+        reasons.append(
+            f"JUnit totals {tests} differ from pytest's count of the same run {junit_view(pytest_counts)}"
         )
     declared: list[str] = sorted(mutants.get("declared", []))
     results = {r["id"]: r["status"] for r in mutants.get("results", [])}
@@ -125,12 +145,20 @@ def decide(
         mutant_text = (
             f"mutants NOT RUN ({len(declared)} declared, 0 killed)" if declared else "no mutant declared"
         )
+    if pytest_counts is not None:
+        tests_text = counts_text(pytest_counts)
+    else:
+        tests_text = (
+            f"{tests['tests']} tests, {tests['failures']} failed, {tests['errors']} errors, "
+            f"{tests['skipped']} skipped"
+        )
     summary = (
         f"{decision} — {passed} of {n} predictions passed"
-        f" ({counts[Outcome.NOT_APPLICABLE.value]} not applicable){proof_text}; {tests['tests']} tests,"
-        f" {tests['failures']} failed, {tests['errors']} errors, {tests['skipped']} skipped; {mutant_text}"
+        f" ({counts[Outcome.NOT_APPLICABLE.value]} not applicable){proof_text}; {tests_text}; {mutant_text}"
     )
     record: dict[str, Any] = {} if proof_record is None else {"proof": proof_record}
+    if pytest_counts is not None:
+        record["pytest"] = dict(pytest_counts)
     return record | {
         "decision": decision,
         "summary": summary,

@@ -14,9 +14,15 @@ from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.errors import FalsifyError
 from falsify.harness.command import falsifier_args
-from falsify.harness.plugin import NOT_APPLICABLE
 from falsify.harness.proven import PredictionProof, Proof, proofs, red_from_stryker, stale_files, summary
-from falsify.harness.results import Outcome, PredictionResult, load_results, per_prediction
+from falsify.harness.results import (
+    Outcome,
+    PredictionResult,
+    counts_text,
+    load_results,
+    per_prediction,
+    test_counts,
+)
 from falsify.project import Project
 from falsify.table import table
 
@@ -148,6 +154,7 @@ def gate(
                 "engine": engine,
                 "pytest_exit": code,
                 "proof_source": proof_source,
+                "tests": test_counts(results),
                 "predictions": [
                     asdict(r)
                     | {
@@ -213,16 +220,10 @@ def verdict(
     engine: str,
     proved: dict[str, PredictionProof] | None = None,
 ) -> tuple[str, bool]:
-    """One line with every denominator: outcomes, proven, tests run / skipped. PASS needs at least one PASS and
+    """One line with every denominator: outcomes, proven, and the tests as pytest counted them. PASS needs at least one PASS and
     no FAIL, ERROR or NOT RUN (a skipped bound test makes its prediction NOT RUN). Proof is counted, not gated
     here: `falsify evidence` refuses GO on an unproven prediction."""
     counts = Counter(r.outcome for r in rows)
-    tests = results.get("tests", {})
-    assert isinstance(tests, dict)
-    ran = sum(1 for t in tests.values() if t.get("outcome") in ("passed", "failed", "error"))
-    skips = [str(t.get("message", "")) for t in tests.values() if t.get("outcome") == "skipped"]
-    not_applicable = sum(1 for m in skips if m.removeprefix("Skipped: ").startswith(NOT_APPLICABLE))
-    skipped = len(skips) - not_applicable
     ok = (
         counts[Outcome.PASS] > 0
         and not counts[Outcome.FAIL]
@@ -234,5 +235,5 @@ def verdict(
     word = "PASS" if ok else "FAIL"
     return (
         f"gate: {word} — {len(corpus.contracts)} contracts, {len(rows)} predictions ({parts}){proof}; "
-        f"{ran} tests run of {len(tests)}, {skipped} skipped, {not_applicable} not applicable; engine {engine}"
+        f"{counts_text(test_counts(results))}; engine {engine}"
     ), ok

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,9 @@ class FalsifyPlugin:
         self.results: dict[str, dict[str, Any]] = {}
         self.collected: dict[str, list[str]] = {}  # falsifier node id -> the predictions it names
         self.binding_problems: list[str] = []
+        # The run's tally as pytest's terminal summary counts it (per report, by pytest_report_teststatus's
+        # category; collection errors and skips; deselected items), so the gate and evidence say pytest's numbers.
+        self.counts: Counter[str] = Counter()
 
     def load(self) -> Corpus:
         if self.corpus is None:
@@ -240,7 +244,25 @@ class FalsifyPlugin:
                 "checks nothing is a defect"
             )
 
+    # -- pytest's own tally ----------------------------------------------------------------------------------
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # "collected N items": every item collected, before any deselection (the terminal reporter's count)
+        self.counts["collected"] += sum(1 for node in report.result if isinstance(node, pytest.Item))
+        if report.failed:
+            self.counts["errors"] += 1
+        elif report.skipped:
+            self.counts["skipped"] += 1
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.counts["deselected"] += len(items)
+
+    def _tally(self, report: pytest.TestReport) -> None:
+        category = self.config.hook.pytest_report_teststatus(report=report, config=self.config)[0]
+        if category:  # "" is a passing setup or teardown, which pytest does not count either
+            self.counts["errors" if category == "error" else category] += 1
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._tally(report)
         ids = self.collected.get(report.nodeid, [])
         record = self.results.setdefault(report.nodeid, _new_record(ids))
         record["duration"] += report.duration
@@ -296,6 +318,7 @@ class FalsifyPlugin:
             "collected": [{"nodeid": nid, "predictions": ids} for nid, ids in self.collected.items()],
             "binding_problems": self.binding_problems,
             "tests": self.results,
+            "counts": dict(self.counts),
         }
         Path(path).write_text(json.dumps(payload, indent=1, sort_keys=True, default=repr), encoding="utf-8")
 

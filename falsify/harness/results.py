@@ -42,6 +42,37 @@ class PredictionResult:
     vacuous: int = 0  # checks that held over nothing (falsify.check: all/any/comparisons of empty sequences)
 
 
+# pytest's categories as its summary line names them ("3 failed, 97 passed, 19 skipped, 2 errors in 9.1s").
+PYTEST_COUNTS = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed", "deselected")
+
+
+def test_counts(results: dict[str, Any]) -> dict[str, int] | None:
+    """The run's tests as pytest counted them (the plugin's tally: collected, then each summary category), plus
+    `not_applicable`: the skipped tests that were NOT APPLICABLE by name. None for results with no tally."""
+    counts = results.get("counts")
+    if not isinstance(counts, dict):
+        return None
+    skips = [
+        str(t.get("message", "")) for t in results.get("tests", {}).values() if t.get("outcome") == "skipped"
+    ]
+    not_applicable = sum(1 for m in skips if m.removeprefix("Skipped: ").startswith(NOT_APPLICABLE))
+    return {k: int(counts.get(k, 0)) for k in ("collected", *PYTEST_COUNTS)} | {
+        "not_applicable": not_applicable
+    }
+
+
+def counts_text(counts: dict[str, int] | None) -> str:
+    """pytest's numbers in one phrase, e.g. `120 tests collected: 99 passed, 2 failed, 0 errors, 19 skipped (17 not
+    applicable)`; xfailed, xpassed and deselected only when not 0."""
+    if counts is None:
+        return "tests not counted (the results carry no pytest tally)"
+    text = (
+        f"{counts['collected']} tests collected: {counts['passed']} passed, {counts['failed']} failed, "
+        f"{counts['errors']} errors, {counts['skipped']} skipped ({counts['not_applicable']} not applicable)"
+    )
+    return text + "".join(f", {counts[k]} {k}" for k in ("xfailed", "xpassed", "deselected") if counts[k])
+
+
 def load_results(path: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
