@@ -54,7 +54,9 @@ def child_digests(engine_spec: str, threads: int) -> list[str]:
 def test_bytes_do_not_depend_on_blas_threads(engine, request: pytest.FixtureRequest) -> None:
     # The engine as the plugin resolved it (--engine, FALSIFY_ENGINE, then [tool.falsify] engine): the option
     # alone is None when the engine comes from the configuration.
-    spec = request.config.pluginmanager.get_plugin("falsify-core").engine_spec()
+    core = request.config.pluginmanager.get_plugin("falsify-core")
+    assert core is not None, "the falsify plugin is not active"
+    spec = core.engine_spec()
     one = child_digests(spec, 1)
     for threads in (2, 3):
         other = child_digests(spec, threads)
