@@ -39,7 +39,16 @@ HELP = {
     "keygen": "write a new Ed25519 key pair for signing evidence (PATH and PATH.pub)",
     "sign": "sign an evidence bundle's statements (DSSE envelopes, Ed25519)",
 }
-EXITS = "exit codes: 0 success, 1 check failed (verify) or NO-GO (evidence), 2 bad usage or input"
+EXITS = {
+    "evidence": "exit codes: 0 the bundle is written and its verdict is GO; 1 written, with a NO-GO verdict; 2 bad "
+    "usage or input (no project, no engine source, the gate wrote no results, the tree changed during the run)",
+    "verify": "exit codes: 0 every digest matches and the bundle rebuilds from its results (and, with --require-go, "
+    "its verdict is GO; with --key, every signature verifies); 1 a problem found, or not GO under --require-go; "
+    "2 bad usage, or no such bundle or key",
+    "keygen": "exit codes: 0 the key pair is written; 2 bad usage, or a key file already exists (never overwritten)",
+    "sign": "exit codes: 0 every statement is signed (evidence.dsse.jsonl written); 2 bad usage, no such bundle, "
+    "or a key that cannot be read",
+}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str | None = None) -> None:
@@ -49,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     if name is None:
         name = next(n for n in HELP if n not in sub.choices)
     if name == "verify":
-        v = sub.add_parser("verify", help=HELP["verify"], description=HELP["verify"], epilog=EXITS)
+        v = sub.add_parser("verify", help=HELP["verify"], description=HELP["verify"], epilog=EXITS["verify"])
         v.add_argument("bundle", type=Path, help="the evidence directory")
         v.add_argument(
             "--require-go", action="store_true", help="also fail unless the re-derived verdict is GO"
@@ -61,17 +70,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
         )
         return
     if name == "keygen":
-        k = sub.add_parser("keygen", help=HELP["keygen"], description=HELP["keygen"], epilog=EXITS)
+        k = sub.add_parser("keygen", help=HELP["keygen"], description=HELP["keygen"], epilog=EXITS["keygen"])
         k.add_argument(
             "path", type=Path, help="the private key's file (written mode 0600; never overwritten)"
         )
         return
     if name == "sign":
-        g = sub.add_parser("sign", help=HELP["sign"], description=HELP["sign"], epilog=EXITS)
+        g = sub.add_parser("sign", help=HELP["sign"], description=HELP["sign"], epilog=EXITS["sign"])
         g.add_argument("bundle", type=Path, help="the evidence directory")
         g.add_argument("--key", type=Path, required=True, help="Ed25519 private key (PEM, PKCS#8)")
         return
-    p = sub.add_parser("evidence", help=HELP["evidence"], description=HELP["evidence"], epilog=EXITS)
+    p = sub.add_parser(
+        "evidence", help=HELP["evidence"], description=HELP["evidence"], epilog=EXITS["evidence"]
+    )
     p.add_argument(
         "--out",
         type=Path,

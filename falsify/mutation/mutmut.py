@@ -7,7 +7,7 @@ so the verdict comes from its per-file .meta results: survivors (survived, or no
 mutant) above `survivor_budget` fail the run, each listed by file:line with the mutated line.
 
 Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
-    survivor_budget = 60      # survivors allowed
+    survivor_budget = 90      # survivors allowed (default 0: any survivor fails the run)
     paths = ["reference/session.py", ...]   # files mutated (default: the .py files of [tool.falsify] sources)
     tests = ["tests/test_session_unit.py", ...]   # the tests mutmut runs (default: the tests directory)
     timeout = 1500            # seconds for the whole mutmut run
