@@ -13,6 +13,7 @@ interval holds u is the pick. Contract apr-serve-sampling-v1 holds it to the ana
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import overload
 
 import numpy as np
 
@@ -63,6 +64,10 @@ class Sampler:
     def __call__(self, logits: np.ndarray) -> int:  # [vocab] -> token id
         return int(self.pick(logits, self.rng.random()))  # exactly one draw per token
 
+    @overload
+    def pick(self, logits: np.ndarray, u: float) -> int: ...
+    @overload
+    def pick(self, logits: np.ndarray, u: np.ndarray) -> np.ndarray: ...
     def pick(self, logits: np.ndarray, u: float | np.ndarray) -> int | np.ndarray:  # [vocab], u in [0, 1)
         """The token whose interval holds u (a float, or an array of them: one token id each)."""
         logits = _check_logits(logits).astype(np.float64)
