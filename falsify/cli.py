@@ -9,7 +9,9 @@ import argparse
 import importlib
 import inspect
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from falsify import __version__
@@ -178,9 +180,9 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
     p = _parser(
         sub,
         "gate",
-        "0 every prediction passed (or is not applicable) and something ran; 1 a prediction failed, errored or "
-        "was not run, or lint/binding failed; 2 no contract, no project, or an engine that cannot be loaded "
-        "(reported before any test runs)",
+        "0 every prediction passed (or is not applicable) and something ran; 1 a prediction failed, errored, "
+        "timed out or was not run, or lint/binding failed; 2 no contract, no project, an engine that cannot be "
+        "loaded (reported before any test runs), or another gate holds --out's lock",
     )
     _engine_args(p)
     _pack_args(p)
@@ -196,6 +198,18 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
         type=Path,
         help="mutation-report.json of a `falsify mutants` run, for the PROVEN column (default: "
         ".falsify/mutants/mutation-report.json when present and its mutated files are unchanged)",
+    )
+    p.add_argument(
+        "--test-timeout",
+        type=float,
+        help="seconds per falsifier before it is stopped and reported TIMEOUT, 0 for none "
+        "(default: [tool.falsify.gate] test_timeout, else 900)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds for the whole run; predictions not finished by then are TIMEOUT, 0 for none "
+        "(default: [tool.falsify.gate] timeout, else 5400)",
     )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
 
@@ -213,7 +227,14 @@ def run_gate(args: argparse.Namespace) -> int:
     if report is not None and not report.is_absolute():
         report = Path.cwd() / report
     code = gate(
-        project, engine=engine, out=out, pytest_args=extra, packs=tuple(args.pack), mutants_report=report
+        project,
+        engine=engine,
+        out=out,
+        pytest_args=extra,
+        packs=tuple(args.pack),
+        mutants_report=report,
+        test_timeout=args.test_timeout,
+        timeout=args.timeout,
     )
     if args.junit and (out / "junit.xml").is_file():
         args.junit.parent.mkdir(parents=True, exist_ok=True)
@@ -334,6 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:2] == ["evidence", "diff"]:  # `falsify evidence diff OLD NEW` is `falsify diff OLD NEW`
         argv = ["diff", *argv[2:]]
+    # Started from `nohup`, a background job or a CI runner, SIGINT may arrive ignored; then neither Ctrl-C nor
+    # a runner's interrupt would stop the scratch copies and children (issue #19). Ctrl-C always means stop.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     command = next((a for a in argv if not a.startswith("-")), None)
     try:
         parser = build_parser(command if command in COMMANDS and command not in LOCAL else None)

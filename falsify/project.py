@@ -16,6 +16,8 @@ add (`falsify init` writes a working starter). Keys (docs/reference/config.md):
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -131,3 +133,33 @@ def schema_path(name: str) -> Path:
     """The JSON Schema `name` (e.g. contract-v1), shipped in the package (falsify/contracts/schema/)."""
     path = resources.files("falsify.contracts") / "schema" / f"{name}.schema.json"
     return Path(str(path))
+
+
+def source_problem(root: Path, relative: str) -> str | None:
+    """Why `relative` is not a regular file inside `root` reached without a symlink; None when it is.
+
+    Mutants edit the file they name (in a scratch copy): an absolute path, a `..` or a symlink anywhere on the
+    way could make the edit land outside the project, so each is refused (issue #19)."""
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        return "file must be a non-empty path relative to the project root"
+    if "\\" in relative or os.path.isabs(relative) or relative.startswith("~"):
+        return f"{relative} is absolute; give a path relative to the project root"
+    parts = Path(relative).parts
+    if ".." in parts:
+        return f"{relative} climbs out with '..'; give a path inside the project"
+    here = root
+    for i, part in enumerate(parts):
+        here = here / part
+        try:
+            mode = os.lstat(here).st_mode
+        except OSError:
+            return f"{relative} does not exist under {root}"
+        if stat.S_ISLNK(mode):
+            return (
+                f"{here.relative_to(root)} is a symlink; a mutant edits only regular files inside the project"
+            )
+        if i < len(parts) - 1 and not stat.S_ISDIR(mode):
+            return f"{relative} does not exist under {root}"
+        if i == len(parts) - 1 and not stat.S_ISREG(mode):
+            return f"{relative} is not a regular file"
+    return None

@@ -124,7 +124,8 @@ def test_gate_passes_with_table_and_junit(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FALSIFY-DEMO-001  demo-serve-v1  PASS     ?" in result.stdout
     assert (
-        "gate: PASS — 1 contracts, 2 predictions (2 pass, 0 fail, 0 error, 0 not run, 0 not applicable); "
+        "gate: PASS — 1 contracts, 2 predictions (2 pass, 0 fail, 0 error, 0 not run, 0 not applicable, "
+        "0 timeout); "
         "proven not measured (no current mutant run); 2 tests collected: 2 passed, 0 failed, 0 errors, 0 skipped "
         "(0 not applicable); "
         "engine reference"

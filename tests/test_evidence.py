@@ -302,7 +302,8 @@ def test_test_result_statement(built: Path) -> None:
     assert p["result"] == "PASSED"
     assert p["passedTests"] == ["tests/test_add.py::test_add", "tests/test_add.py::test_add_any"]
     assert p["failedTests"] == []
-    config = {d["name"] for d in p["configuration"]}
+    roles = {d["name"]: d["annotations"]["falsify.role"] for d in p["configuration"]}
+    config = {name for name, role in roles.items() if role not in ("harness", "schema")}
     assert {
         "contracts/tiny-add-v1.yaml",
         "mutants/add-off-by-one.yaml",
@@ -310,6 +311,14 @@ def test_test_result_statement(built: Path) -> None:
         "pyproject.toml",
         "tests/test_add.py",
     } == config
+    # The harness that judged the run, and the schemas it checked the contracts with (issue #19).
+    harness = {name for name, role in roles.items() if role == "harness"}
+    assert "falsify-harness/falsify/contracts/formula.py" in harness, sorted(harness)
+    assert "falsify-harness/falsify/harness/results.py" in harness, sorted(harness)
+    assert {name for name, role in roles.items() if role == "schema"} >= {
+        "falsify-harness/falsify/contracts/schema/contract-v1.schema.json",
+        "falsify-harness/falsify/contracts/schema/mutant-v1.schema.json",
+    }
     subjects = {d["name"]: d["annotations"]["falsify.role"] for d in test_result["subject"]}
     assert subjects == {
         "tinyengine/__init__.py": "engine-source",

@@ -74,7 +74,7 @@ def test_missing_value_is_named() -> None:
         ("len(range(n))", {"n": 10**9}, "range"),
         ("x[5]", {"x": [1]}, "out of range"),
         ("n[0]", {"n": 3}, "only lists"),
-        ("a < b", {"a": 1, "b": "s"}, "not supported"),
+        ("a < b", {"a": 1, "b": "s"}, "cannot order int and str"),
     ],
 )
 def test_resource_and_type_limits(source: str, values: dict[str, object], fragment: str) -> None:

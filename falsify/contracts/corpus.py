@@ -5,7 +5,6 @@ Data flows one way: YAML file -> located document -> schema check -> typed recor
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -17,11 +16,13 @@ from typing import Any
 
 import jsonschema
 
+from falsify.contracts.corners import cannot_fail
+from falsify.contracts.cost import check_cost, result_kinds
 from falsify.contracts.formula import Formula, parse
 from falsify.contracts.packs import contracts_dir, is_pack_file
 from falsify.contracts.yamlfile import Located, format_path, load_yaml
 from falsify.errors import ContractError, FormulaError, Problem
-from falsify.project import Project, find_project, find_project_or_none, schema_path
+from falsify.project import Project, find_project, find_project_or_none, schema_path, source_problem
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -124,20 +125,44 @@ def _validator(name: str) -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-def discover(paths: Iterable[Path]) -> list[Path]:
-    """YAML files named by `paths`: files as given, directories searched recursively (skipping `schema/`)."""
+def discover(paths: Iterable[Path]) -> tuple[list[Path], list[Problem]]:
+    """YAML files named by `paths`: files as given, directories searched recursively (skipping `schema/`).
+
+    Nothing is skipped in silence: an unreadable directory, a directory named like a contract file and a
+    symlinked directory (never followed: a link loop or a link out of the tree) are each a problem. Whether a
+    found name is a regular, readable file is for the loader to say (yamlfile.read_regular)."""
     found: list[Path] = []
+    problems: list[Problem] = []
     for path in paths:
         if path.is_dir():
-            found.extend(
-                p
-                for p in sorted(path.rglob("*"))
-                if p.suffix in YAML_SUFFIXES and "schema" not in p.relative_to(path).parts
-            )
-        elif path.exists():
+            found.extend(_walk(path, problems))
+        elif os.path.lexists(path):
             found.append(path)
         else:
             raise ContractError(Problem(str(path), 0, "", "no such file or directory", "io"))
+    return found, problems
+
+
+def _walk(top: Path, problems: list[Problem]) -> list[Path]:
+    found: list[Path] = []
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename or str(top)
+        problems.append(Problem(_display(Path(where)), 0, "", f"cannot read directory: {exc.strerror}", "io"))
+
+    for directory, dirnames, filenames in os.walk(top, onerror=unreadable, followlinks=False):
+        here = Path(directory)
+        dirnames.sort()
+        if here == top and "schema" in dirnames:
+            dirnames.remove("schema")
+        for d in list(dirnames):
+            sub = here / d
+            if sub.is_symlink():
+                dirnames.remove(d)
+                problems.append(Problem(_display(sub), 0, "", "symlinked directory: not followed", "io"))
+            elif sub.suffix in YAML_SUFFIXES:
+                problems.append(Problem(_display(sub), 0, "", "a directory, not a contract file", "io"))
+        found.extend(here / f for f in sorted(filenames) if Path(f).suffix in YAML_SUFFIXES)
     return found
 
 
@@ -151,8 +176,8 @@ def load_corpus(paths: Iterable[Path], mutant_universe: Path | None = None) -> C
     Files are checked one by one (in parallel on every core for a large corpus), then across files.
     """
     corpus = Corpus()
-    files = discover(paths)
-    corpus.files = len(files)
+    files, corpus.problems = discover(paths)
+    corpus.files = len(files) + len(corpus.problems)
     workers = min(os.cpu_count() or 1, 8)
     if len(files) >= PARALLEL_FROM and workers > 1:
         with ProcessPoolExecutor(workers) as pool:
@@ -171,6 +196,17 @@ def load_corpus(paths: Iterable[Path], mutant_universe: Path | None = None) -> C
 
 
 def _load_one(path: Path) -> tuple[Contract | Mutant | None, list[Problem]]:
+    try:
+        return _load_checked(path)
+    except (RecursionError, MemoryError, ValueError, TypeError, KeyError, OSError) as exc:
+        # A backstop, not a path: every known bad input has its own named problem above. The fuzzer
+        # (tests/fuzz/) fails on any `internal` problem, so one found here is a bug to fix, reported without
+        # a traceback in the meantime.
+        what = f"{type(exc).__name__}: {str(exc)[:200]}"
+        return None, [Problem(_display(path), 0, "", f"internal error while checking: {what}", "internal")]
+
+
+def _load_checked(path: Path) -> tuple[Contract | Mutant | None, list[Problem]]:
     problems: list[Problem] = []
     try:
         doc = load_yaml(path, display=_display(path))
@@ -186,9 +222,10 @@ def _load_one(path: Path) -> tuple[Contract | Mutant | None, list[Problem]]:
 
 
 def _display(path: Path) -> str:
+    # abspath, not resolve(): the name as found, without following a symlink (which may loop).
     try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
+        return str(Path(os.path.abspath(path)).relative_to(Path.cwd()))
+    except (ValueError, OSError):
         return str(path)
 
 
@@ -233,8 +270,15 @@ def _schema_problems(doc: Located, schema: str) -> list[Problem]:
 
 
 def _formula(
-    doc: Located, path: tuple[Any, ...], source: str, declared: set[str], what: str, problems: list[Problem]
+    doc: Located,
+    path: tuple[Any, ...],
+    source: str,
+    decls: dict[str, Any],
+    what: str,
+    problems: list[Problem],
+    prediction: bool = False,
 ) -> Formula | None:
+    declared = set(decls)
     try:
         formula = parse(source)
     except FormulaError as exc:
@@ -252,6 +296,22 @@ def _formula(
             )
         )
         return None
+    where = (doc.file, doc.line(path), format_path(path))
+    cost = check_cost(formula, decls)
+    if cost:
+        problems.extend(Problem(*where, message, "formula-cost") for message in cost)
+        return None
+    kinds = result_kinds(formula, decls)
+    if "bool" not in kinds:
+        problems.append(
+            Problem(*where, f"gives {'/'.join(sorted(kinds))}, never true or false", "formula-type")
+        )
+        return None
+    if prediction:
+        why = cannot_fail(formula, decls)
+        if why:
+            problems.append(Problem(*where, why, "cannot-fail"))
+            return None
     return formula
 
 
@@ -270,10 +330,12 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
     if found:
         return None
     data = doc.data
-    problems.extend(_stem_problems(doc, "contract", "contract"))
+    stem_problems = _stem_problems(doc, "contract", "contract")
+    problems.extend(stem_problems)
+    # A mismatched id is still checked through (every problem at once) but the contract is not accepted.
+    ok = not stem_problems
     observables: dict[str, dict[str, Any]] = data["observables"]
     predictions = []
-    ok = True
     for i, p in enumerate(data["predictions"]):
         domain = p.get("domain") or {}
         for name in domain:
@@ -288,13 +350,19 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
                     )
                 )
                 ok = False
+            empty = _empty_range(domain[name])
+            if empty:
+                where = ("predictions", i, "domain", name)
+                problems.append(Problem(doc.file, doc.line(where), format_path(where), empty, "domain-range"))
+                ok = False
         formula = _formula(
             doc,
             ("predictions", i, "formula"),
             p["formula"],
-            set(observables) | set(domain),
+            {**observables, **domain},
             "declared observables and parameters",
             problems,
+            prediction=True,
         )
         if formula is None:
             ok = False
@@ -319,7 +387,7 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
     costs = []
     for i, c in enumerate(data.get("costs", [])):
         formula = _formula(
-            doc, ("costs", i, "formula"), c["formula"], set(observables), "declared observables", problems
+            doc, ("costs", i, "formula"), c["formula"], dict(observables), "declared observables", problems
         )
         if c["checked_by"] not in ids:
             problems.append(
@@ -343,12 +411,25 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
         data["version"],
         data["title"],
         doc.file,
-        hashlib.sha256(Path(doc.file).read_bytes()).hexdigest(),
+        doc.sha256,
         tuple(data.get("requires", ())),
         observables,
         tuple(predictions),
         tuple(costs),
     )
+
+
+def _empty_range(decl: dict[str, Any]) -> str | None:
+    """Why a domain parameter's declared range holds no value (min above max, a value outside it); else None."""
+    low, high = decl.get("min"), decl.get("max")
+    if isinstance(low, int | float) and isinstance(high, int | float) and low > high:
+        return f"min {low} is above max {high}: no value is in the domain"
+    for v in decl.get("values") or []:
+        if isinstance(v, int | float) and (
+            (isinstance(low, int | float) and v < low) or (isinstance(high, int | float) and v > high)
+        ):
+            return f"value {v} is outside min {low} .. max {high}"
+    return None
 
 
 def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
@@ -363,16 +444,10 @@ def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
         return None
     project = find_project_or_none(Path(doc.file).parent)
     root = project.root if project else Path.cwd()
-    if not (root / d["file"]).is_file():
-        problems.append(
-            Problem(
-                doc.file,
-                doc.line(("file",)),
-                "file",
-                f"{d['file']} does not exist under {root}",
-                "mutant-file",
-            )
-        )
+    bad = source_problem(root, d["file"])
+    if bad:
+        problems.append(Problem(doc.file, doc.line(("file",)), "file", bad, "mutant-file"))
+        return None
     return Mutant(
         d["id"],
         d["description"],

@@ -98,7 +98,7 @@ def _contract_rows(ev: dict[str, Any]) -> list[tuple[str, str, int, dict[str, in
 
 
 def _counts_text(counts: dict[str, int]) -> str:
-    order = ["PASS", "FAIL", "ERROR", "NOT RUN", "NOT APPLICABLE"]
+    order = ["PASS", "FAIL", "ERROR", "TIMEOUT", "NOT RUN", "NOT APPLICABLE"]
     keys = [k for k in order if k in counts] + sorted(k for k in counts if k not in order)
     return ", ".join(f"{counts[k]} {k}" for k in keys)
 
@@ -106,8 +106,8 @@ def _counts_text(counts: dict[str, int]) -> str:
 def _outcome_counts(verdict: dict[str, Any]) -> str:
     p = verdict["predictions"]
     return (
-        f"{p['PASS']} of {p['total']} passed, {p['FAIL']} failed, {p['ERROR']} errors, {p['NOT RUN']} not run, "
-        f"{p['NOT APPLICABLE']} not applicable"
+        f"{p['PASS']} of {p['total']} passed, {p['FAIL']} failed, {p['ERROR']} errors, "
+        f"{p.get('TIMEOUT', 0)} timed out, {p['NOT RUN']} not run, {p['NOT APPLICABLE']} not applicable"
     )
 
 

@@ -47,6 +47,7 @@ from falsify.evidence.tree import (
     Inputs,
     configuration_files,
     digest_files,
+    harness_files,
     source_files,
     weights_files,
 )
@@ -196,6 +197,12 @@ def build(
     subjects = digest_files(root, [(name, "engine-source") for name in source_files(root, inputs.sources)])
     subjects += [descriptor(name, sha256_file(path), **{"falsify.role": "weights"}) for name, path in weights]
     configuration = digest_files(root, configuration_files(root, inputs))
+    configuration += [
+        descriptor(name, sha256_file(path), **{"falsify.role": role})
+        for name, role, path in harness_files(root)
+        if name not in {d["name"] for d in configuration}  # a pack's falsifiers are configuration already
+    ]
+    configuration.sort(key=lambda d: d["name"])
 
     tests = run.results.get("tests", {})
     by_outcome: dict[str, list[str]] = {"passed": [], "failed": [], "error": [], "skipped": [], "not run": []}
@@ -210,7 +217,7 @@ def build(
             "configuration": configuration,
             "passedTests": by_outcome["passed"],
             "warnedTests": [],
-            "failedTests": by_outcome["failed"] + by_outcome["error"],
+            "failedTests": by_outcome["failed"] + by_outcome["error"] + by_outcome.get("timeout", []),
             # Extension fields (consumers ignore unknown fields, in-toto parsing rules):
             "skippedTests": by_outcome["skipped"],
             "reports": [d for d in reports if d["name"] in (JUNIT, RESULTS)],

@@ -4,6 +4,9 @@ Subjects: the engine's sources (glob patterns, default reference/**/*.py) and th
 tiny model's config.json + model.safetensors, located through the engine object, wherever its cache is).
 Configuration: every contract and mutant file, every file under the tests directory (falsifiers and their data,
 not what runs leave there), tox.ini and pyproject.toml.
+Harness: the code that decides outcomes (every module of the falsify package that ran: the formula evaluator,
+the loader, the plugin, results, gate, verdict) and the JSON Schemas contracts and mutants are checked against;
+named relative to the project root when they live in it, else `falsify-harness/<path in the package's parent>`.
 Every name is a path relative to the project root (posix), never absolute.
 """
 
@@ -142,6 +145,28 @@ def _pack_files(root: Path) -> list[tuple[str, str]]:
     return out
 
 
+HARNESS_PREFIX = "falsify-harness/"
+
+
+def harness_files(root: Path) -> list[tuple[str, str, Path]]:
+    """(name, role, path) of the harness code and schemas that decide a run's outcomes (issue #19)."""
+    package = Path(__file__).resolve().parent.parent  # .../falsify
+    found = [(p, "harness") for p in sorted(package.rglob("*.py")) if "__pycache__" not in p.parts]
+    # contract-v1, mutant-v1 and the wire protocol's message schemas
+    found += [(p, "schema") for p in sorted(package.rglob("*.schema.json"))]
+    out = []
+    real_root = root.resolve()
+    for path, role in found:
+        if not path.is_file():
+            continue
+        if path.is_relative_to(real_root):
+            name = path.relative_to(real_root).as_posix()
+        else:
+            name = HARNESS_PREFIX + path.relative_to(package.parent).as_posix()
+        out.append((name, role, path))
+    return sorted(set(out))
+
+
 def digest_files(root: Path, names: list[tuple[str, str]]) -> list[dict[str, Any]]:
     return [descriptor(name, sha256_file(root / name), **{"falsify.role": role}) for name, role in names]
 
@@ -220,4 +245,5 @@ def tree_digests(root: Path, inputs: Inputs) -> dict[str, str]:
     names = [(n, root / n) for n in source_files(root, inputs.sources)]
     names += [(n, root / n) for n, _ in configuration_files(root, inputs)]
     names += weights_files(root, inputs.engine)[0]
+    names += [(n, path) for n, _, path in harness_files(root)]
     return {name: sha256_file(path) for name, path in names}

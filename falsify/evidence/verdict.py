@@ -67,7 +67,9 @@ def decide(
     reasons = []
     passed = counts[Outcome.PASS.value]
     bad = {
-        o.value: counts[o.value] for o in (Outcome.FAIL, Outcome.ERROR, Outcome.NOT_RUN) if counts[o.value]
+        o.value: counts[o.value]
+        for o in (Outcome.FAIL, Outcome.ERROR, Outcome.TIMEOUT, Outcome.NOT_RUN)
+        if counts[o.value]
     }
     if n == 0:
         reasons.append("no prediction: an empty corpus is never a pass")

@@ -8,6 +8,8 @@ reports are recomputed from results.json, junit.xml and the mutation report, who
 from __future__ import annotations
 
 import json
+import os
+import stat
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,13 +27,21 @@ from falsify.evidence import (
     REPORT_HTML,
     REPORT_MD,
     RESULTS,
+    SIGNATURES,
     STATEMENTS,
     TEST_RESULT_TYPE,
 )
 from falsify.evidence.digests import sha256_bytes, sha256_file
 from falsify.evidence.render import figures, render_html, render_markdown
 from falsify.evidence.statements import RunResults, build
-from falsify.evidence.tree import EvidenceError, Inputs, configuration_files, source_files, weights_files
+from falsify.evidence.tree import (
+    EvidenceError,
+    Inputs,
+    configuration_files,
+    harness_files,
+    source_files,
+    weights_files,
+)
 
 # The in-toto Statement v1 shape (attestation spec v1, statement.md): what every line must be.
 STATEMENT_SCHEMA: dict[str, Any] = {
@@ -89,6 +99,8 @@ class Verification:
 
 def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]]]:
     path = bundle / STATEMENTS
+    if path.is_symlink():
+        raise EvidenceError(f"{path}: a symlink; a bundle holds only regular files")
     if not path.is_file():
         raise EvidenceError(f"{path}: no such file (is {bundle} an evidence bundle?)")
     lines = path.read_bytes().splitlines()
@@ -111,17 +123,57 @@ def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]
 
 
 def verify(bundle: Path, root: Path) -> Verification:
+    """Every problem with the bundle, never an exception for bad content (a tampered bundle is data too)."""
+    v = Verification()
+    try:
+        _verify(bundle, root, v)
+    except EvidenceError:
+        raise
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        AttributeError,
+        RecursionError,
+        ET.ParseError,
+    ) as exc:
+        what = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        v.problems.append(
+            f"{STATEMENTS}: malformed, a field the statements must have is wrong or missing ({what})"
+        )
+    except OSError as exc:
+        v.problems.append(f"{exc.filename or bundle}: cannot read ({exc.strerror})")
+    return v
+
+
+def _verify(bundle: Path, root: Path, v: Verification) -> None:
     lines, by_type = read_statements(bundle)
     test_result, evidence, release = (
         by_type[t] for t in (TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE, RELEASE_REPORT_TYPE)
     )
     ev = evidence["predicate"]
-    v = Verification()
 
-    # 1. The bundle's own files, and the statement lines the release statement pins.
+    # 0. The bundle holds exactly its files: regular files, no link, nothing extra, no name that leaves it.
+    allowed = {STATEMENTS, RESULTS, JUNIT}
+    allowed |= {d["name"] for d in release["subject"] + ev.get("reports", [])}
+    if ev["mutants"]["run"]:
+        allowed.add(MUTATION_REPORT)
+    if ev.get("mutmut") is not None:
+        allowed.add(MUTMUT_REPORT)
+    allowed.add(SIGNATURES)  # optional: the DSSE envelopes, checked by `verify --key`
+    unsafe = sorted(n for n in allowed if not _plain_name(n))
+    for name in unsafe:
+        v.problems.append(f"{name}: not a plain file name inside the bundle (a statement names it)")
+    allowed -= set(unsafe)
+    found = _bundle_listing(bundle, v)
+    for name in sorted(set(found) - allowed):
+        v.problems.append(f"{name}: in the bundle but not part of it (no statement names it)")
+
     def bundle_digest(name: str) -> str | None:
-        path = bundle / name
-        return sha256_file(path) if path.is_file() else None
+        if name not in allowed or found.get(name) != "file":
+            return None  # missing, a link, or a name no statement may use: never read
+        return sha256_file(bundle / name)
 
     for d in release["subject"] + ev.get("reports", []):
         v.digest(d["name"], d["digest"]["sha256"], bundle_digest(d["name"]), "bundle file")
@@ -147,9 +199,12 @@ def verify(bundle: Path, root: Path) -> Verification:
             if d.get("annotations", {}).get("falsify.role") == "weights"
         ]
     now.update({name: ("weights", path) for name, path in weights})
+    now.update({name: (role, path) for name, role, path in harness_files(root) if name not in now})
     for name, d in sorted(recorded.items()):
-        path = now[name][1] if name in now else root / name
-        v.digest(name, d["digest"]["sha256"], sha256_file(path) if path.is_file() else None, "working tree")
+        # Only a name the tree itself gives is read: an invented subject (`/etc/hostname`, `../x`) is missing.
+        path = now[name][1] if name in now else None
+        actual = sha256_file(path) if path is not None and path.is_file() else None
+        v.digest(name, d["digest"]["sha256"], actual, "working tree")
     for name in sorted(set(now) - set(recorded)):
         v.problems.append(f"{name}: {now[name][0]} not in the evidence (added since the bundle was written)")
     # Contract digests inside the evidence predicate must be the files' digests too.
@@ -157,6 +212,9 @@ def verify(bundle: Path, root: Path) -> Verification:
         if c["file"] in recorded:
             continue
         path = root / c["file"]
+        if not _inside(root, c["file"]):
+            v.problems.append(f"{c['file']}: contract {c['id']} names a file outside the project")
+            continue
         v.digest(
             c["file"],
             c["digest"]["sha256"],
@@ -170,32 +228,32 @@ def verify(bundle: Path, root: Path) -> Verification:
         v.problems.append(
             f"{RESULTS if not results_path.is_file() else JUNIT}: missing, cannot re-derive the verdict"
         )
-        return v
+        return
     report = None
     if ev["mutants"]["run"]:
         if not (bundle / MUTATION_REPORT).is_file():
             v.problems.append(f"{MUTATION_REPORT}: missing, cannot re-derive the mutant outcomes")
-            return v
+            return
         report = _json(bundle / MUTATION_REPORT, v)
         if report is None:
-            return v
+            return
     corpus = load_corpus(
         [root / inputs.contracts] + ([root / inputs.mutants] if (root / inputs.mutants).is_dir() else [])
     )
     if corpus.problems:
         v.problems += [f"{p} (contracts no longer lint)" for p in corpus.problems]
-        return v
+        return
     results = _json(results_path, v)
     if results is None:
-        return v
+        return
     mutmut_report = None
     if ev.get("mutmut") is not None:
         if not (bundle / MUTMUT_REPORT).is_file():
             v.problems.append(f"{MUTMUT_REPORT}: missing, cannot re-derive the mutmut summary")
-            return v
+            return
         mutmut_report = _json(bundle / MUTMUT_REPORT, v)
         if mutmut_report is None:
-            return v
+            return
     run = RunResults(results, junit_path.read_bytes(), report, ev["mutants"].get("reason", ""), mutmut_report)
     try:
         rebuilt = build(
@@ -209,9 +267,13 @@ def verify(bundle: Path, root: Path) -> Verification:
         )
     except (EvidenceError, KeyError, ValueError, TypeError, AttributeError, ET.ParseError) as exc:
         v.problems.append(f"{STATEMENTS}: the bundle cannot be rebuilt from its results ({exc})")
-        return v
+        return
     fresh = [json.loads(line) for line in rebuilt[STATEMENTS].splitlines()]
     v.verdict = fresh[1]["predicate"]["verdict"]
+    if len(lines) != len(fresh):
+        v.problems.append(
+            f"{STATEMENTS}: {len(lines)} lines, where the bundle's results and the tree give {len(fresh)}"
+        )
     for i, (old, new) in enumerate(zip(lines, rebuilt[STATEMENTS].splitlines(), strict=False), 1):
         if old != new:
             where = [p for p in json_diff(json.loads(old), json.loads(new)) if not _covered(p)]
@@ -235,7 +297,6 @@ def verify(bundle: Path, root: Path) -> Verification:
             v.problems.append(
                 f"{name}: does not say what the statements say (rendered again from them, it differs)"
             )
-    return v
 
 
 def _json(path: Path, v: Verification) -> Any:
@@ -247,12 +308,47 @@ def _json(path: Path, v: Verification) -> Any:
 
 
 def _covered(path: str) -> bool:
-    """Differences that the digest checks above already named file by file."""
+    """Differences the digest checks above already named file by file: a digest's value, and nothing else. A
+    subject added, dropped or renamed is a difference here (subject lists are compared exactly)."""
+    leaf = path.split(":", 1)[0]
+    return leaf.endswith((".digest.sha256", "Digest.sha256")) or leaf.endswith("Digest")
+
+
+def _inside(root: Path, name: Any) -> bool:
+    if not isinstance(name, str) or not name or name.startswith("/") or "\x00" in name:
+        return False
+    return ".." not in Path(name).parts
+
+
+def _plain_name(name: Any) -> bool:
     return (
-        path.startswith(("subject", "predicate.configuration", "predicate.statements", "predicate.contracts"))
-        or "Digest" in path
-        or ".digest" in path
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\x00" not in name
     )
+
+
+def _bundle_listing(bundle: Path, v: Verification) -> dict[str, str]:
+    """name -> "file" | what else it is, for every entry of the bundle directory (never following a link)."""
+    out: dict[str, str] = {}
+    try:
+        entries = sorted(os.scandir(bundle), key=lambda e: e.name)
+    except OSError as exc:
+        v.problems.append(f"{bundle}: cannot list the bundle ({exc.strerror})")
+        return out
+    for entry in entries:
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if stat.S_ISLNK(mode):
+            out[entry.name] = "symlink"
+            v.problems.append(f"{entry.name}: a symlink; a bundle holds only regular files")
+        elif stat.S_ISREG(mode):
+            out[entry.name] = "file"
+        else:
+            out[entry.name] = "not a file"
+            v.problems.append(f"{entry.name}: not a regular file; a bundle holds only regular files")
+    return out
 
 
 def json_diff(a: Any, b: Any, path: str = "") -> list[str]:

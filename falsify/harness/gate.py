@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
+import tomllib
 from collections import Counter
-from dataclasses import asdict
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
@@ -26,6 +33,20 @@ from falsify.harness.results import (
 from falsify.project import Project
 from falsify.table import table
 
+DEFAULT_TEST_TIMEOUT = 900.0  # seconds per falsifier; [tool.falsify.gate] test_timeout or --test-timeout
+DEFAULT_GATE_TIMEOUT = (
+    5400.0  # seconds for the whole run (CI's own budget); [tool.falsify.gate] timeout or --timeout
+)
+GRACE = 30.0  # seconds between the interrupt that lets pytest write its results and the kill
+KEEP_RUNS = 5  # run directories kept under --out/runs
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    code: int
+    timed_out: bool
+    seconds: float
+
 
 def run_pytest(
     project: Project,
@@ -39,7 +60,39 @@ def run_pytest(
     env: dict[str, str] | None = None,
     timeout: float | None = None,
     packs: tuple[str, ...] = (),
+    test_timeout: float | None = None,
 ) -> int:
+    return run_pytest_timed(
+        project,
+        results,
+        args,
+        engine=engine,
+        junit=junit,
+        collect_only=collect_only,
+        quiet=quiet,
+        env=env,
+        timeout=timeout,
+        test_timeout=test_timeout,
+        packs=packs,
+    ).code
+
+
+def run_pytest_timed(
+    project: Project,
+    results: Path,
+    args: list[str],
+    *,
+    engine: str,
+    junit: Path | None = None,
+    collect_only: bool = False,
+    quiet: bool = False,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    test_timeout: float | None = None,
+    packs: tuple[str, ...] = (),
+) -> Ran:
+    """pytest in its own process group. Past `timeout` it is interrupted (SIGINT: pytest stops the running test
+    and still writes its results), then killed as a group GRACE seconds later if it has not exited."""
     cmd = [
         sys.executable,
         "-m",
@@ -54,22 +107,58 @@ def run_pytest(
             rootdir=project.root,
         ),
     ]
+    if test_timeout:
+        cmd += ["--falsify-test-timeout", f"{test_timeout:g}"]
     if junit:
         cmd += ["--junitxml", str(junit)]
     if collect_only:
         cmd.append("--collect-only")
     cmd += args
     out = subprocess.DEVNULL if quiet else None
-    proc = subprocess.run(
-        cmd,
-        cwd=project.root,
-        stdout=out,
-        stderr=out,
-        env=env or os.environ.copy(),
-        timeout=timeout,
-        check=False,
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=project.root, stdout=out, stderr=out, env=env or os.environ.copy(), start_new_session=True
     )
-    return proc.returncode
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _signal_group(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=GRACE)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+    except BaseException:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    _signal_group(proc.pid, signal.SIGKILL)  # anything the run left behind in its group
+    return Ran(proc.returncode, timed_out, time.monotonic() - start)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def timeouts(project: Project, test: float | None, whole: float | None) -> tuple[float, float]:
+    """Per-test and per-gate timeouts: the flag, else [tool.falsify.gate] test_timeout/timeout, else defaults."""
+    try:
+        data = tomllib.loads(project.pyproject.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = {}
+    table = data.get("tool", {}).get("falsify", {}).get("gate", {})
+    table = table if isinstance(table, dict) else {}
+
+    def pick(flag: float | None, key: str, default: float) -> float:
+        value = flag if flag is not None else table.get(key, default)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise FalsifyError(f"[tool.falsify.gate] {key} must be a number of seconds >= 0, not {value!r}")
+        return float(value)
+
+    return pick(test, "test_timeout", DEFAULT_TEST_TIMEOUT), pick(whole, "timeout", DEFAULT_GATE_TIMEOUT)
 
 
 def lint_project(project: Project, packs: tuple[str, ...] = ()) -> tuple[Corpus, list[str]]:
@@ -111,6 +200,8 @@ def gate(
     pytest_args: list[str],
     packs: tuple[str, ...] = (),
     mutants_report: Path | None = None,
+    test_timeout: float | None = None,
+    timeout: float | None = None,
 ) -> int:
     corpus, problems = lint_project(project, packs)
     if not corpus.contracts and not problems:
@@ -123,36 +214,100 @@ def gate(
             f"gate: FAIL — lint found {len(problems)} error(s) in {corpus.files} files; no falsifier was run"
         )
         return 1
+    per_test, whole = timeouts(project, test_timeout, timeout)
     out.mkdir(parents=True, exist_ok=True)
-    results_path, junit = out / "results.json", out / "junit.xml"
-    results_path.unlink(missing_ok=True)
+    with _locked(out) as held:
+        if not held:
+            print(f"gate: another gate is writing to {out} (see {out / LOCK}); use another --out")
+            return EXIT_EMPTY
+        return _gate(project, corpus, engine, out, pytest_args, per_test, whole, packs, mutants_report)
+
+
+LOCK = ".lock"
+OUTPUTS = ("results.json", "junit.xml", "gate.json")
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[bool]:
+    """An exclusive, non-blocking lock on out/.lock for the whole run; False when another gate holds it."""
+    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _gate(
+    project: Project,
+    corpus: Corpus,
+    engine: str,
+    out: Path,
+    pytest_args: list[str],
+    per_test: float,
+    whole: float,
+    packs: tuple[str, ...],
+    mutants_report: Path | None,
+) -> int:
+    # This run's files go to a directory of its own; out/latest and the copies in out/ change only when it
+    # ends, each by an atomic rename. Until then out/ holds no result at all: a run that hangs or is killed
+    # cannot leave the previous run's files looking like its own.
+    for name in OUTPUTS:
+        (out / name).unlink(missing_ok=True)
+    run_dir = out / "runs" / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    run_dir.mkdir(parents=True)
+    results_path, junit = run_dir / "results.json", run_dir / "junit.xml"
     n_pred = sum(len(c.predictions) for c in corpus.contracts)
+    limits = f"timeouts {per_test:g} s per falsifier, {whole:g} s in all" if whole else "no gate timeout"
     print(
         f"gate: running the falsifiers of {len(corpus.contracts)} contracts, {n_pred} predictions on engine "
-        f"{engine!r}",
+        f"{engine!r} ({limits})",
         flush=True,
     )
-    code = run_pytest(project, results_path, pytest_args, engine=engine, junit=junit, packs=packs)
-    if not results_path.is_file():
+    ran = run_pytest_timed(
+        project,
+        results_path,
+        pytest_args,
+        engine=engine,
+        junit=junit,
+        timeout=whole or None,
+        test_timeout=per_test or None,
+        packs=packs,
+    )
+    code = ran.code
+    if not results_path.is_file() and not ran.timed_out:
         print(f"gate: FAIL — pytest exited {code} before any result was written (see its output above)")
         return 1
-    results = load_results(results_path)
+    # Stopped at the timeout before its first test finished: every prediction is a TIMEOUT row.
+    results = load_results(results_path) if results_path.is_file() else {"tests": {}}
     if results.get("binding_problems"):
         print("\n".join(results["binding_problems"]))
         print(f"gate: FAIL — {len(results['binding_problems'])} binding problem(s); no falsifier was run")
         return 1
     rows = per_prediction(corpus, results)
+    if ran.timed_out:
+        rows = [_timed_out(r, whole) if r.outcome is Outcome.NOT_RUN else r for r in rows]
     proved, proof_source = mutant_proofs(project, corpus, mutants_report)
     print()
     print(render(rows, proved))
     summary, ok = verdict(corpus, rows, results, engine, proved)
-    (out / "gate.json").write_text(
+    if ran.timed_out:
+        summary += f"; the run was stopped at its {whole:g} s timeout"
+    (run_dir / "gate.json").write_text(
         json.dumps(
             {
                 "verdict": summary,
                 "ok": ok,
                 "engine": engine,
                 "pytest_exit": code,
+                "timed_out": ran.timed_out,
+                "timeouts": {"test": per_test, "gate": whole},
                 "proof_source": proof_source,
                 "tests": test_counts(results),
                 "predictions": [
@@ -171,13 +326,34 @@ def gate(
         ),
         encoding="utf-8",
     )
+    _publish(out, run_dir)
     print(summary)
     print(f"gate: PROVEN from {proof_source}")
     for pid, proof in proved.items():
         if proof.status is Proof.EXCUSED:
             print(f"gate: {pid} unproven because: {proof.because}")
-    print(f"gate: JUnit XML in {junit}, results in {results_path}")
-    return 0 if ok and code == 0 else 1
+    print(f"gate: JUnit XML in {out / 'junit.xml'}, results in {out / 'results.json'} (this run: {run_dir})")
+    return 0 if ok and code == 0 and not ran.timed_out else 1
+
+
+def _timed_out(r: PredictionResult, whole: float) -> PredictionResult:
+    return replace(r, outcome=Outcome.TIMEOUT, detail=f"not finished when the gate stopped at {whole:g} s")
+
+
+def _publish(out: Path, run_dir: Path) -> None:
+    """Point out/latest at run_dir and copy its files to out/, each by an atomic rename; keep KEEP_RUNS runs."""
+    for name in OUTPUTS:
+        if (run_dir / name).is_file():
+            tmp = out / f".{name}.tmp"
+            shutil.copyfile(run_dir / name, tmp)
+            os.replace(tmp, out / name)
+    link = out / ".latest.tmp"
+    link.unlink(missing_ok=True)
+    link.symlink_to(run_dir.relative_to(out))
+    os.replace(link, out / "latest")
+    runs = sorted(p for p in (out / "runs").iterdir() if p.is_dir() and not p.is_symlink())
+    for old in runs[:-KEEP_RUNS]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def render(rows: list[PredictionResult], proved: dict[str, PredictionProof] | None = None) -> str:
@@ -228,6 +404,7 @@ def verdict(
         counts[Outcome.PASS] > 0
         and not counts[Outcome.FAIL]
         and not counts[Outcome.ERROR]
+        and not counts[Outcome.TIMEOUT]
         and not counts[Outcome.NOT_RUN]
     )
     parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in Outcome)

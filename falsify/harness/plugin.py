@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from collections import Counter
 from collections.abc import Generator
 from pathlib import Path
@@ -80,6 +82,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--falsify-no-skip",
         action="store_true",
         help="fail the session if any test was skipped (oracle envs: a missing oracle is a failure)",
+    )
+    group.addoption(
+        "--falsify-test-timeout",
+        type=float,
+        default=float(os.environ.get("FALSIFY_TEST_TIMEOUT") or 0),
+        help="seconds one falsifier may run before it is stopped and reported TIMEOUT (0: no limit)",
     )
     group.addoption(
         "--engine",
@@ -211,12 +219,18 @@ class FalsifyPlugin:
                 engine = self.engine()
                 reason = engine.supports(capability)
                 if reason:
-                    pytest.skip(f"{NOT_APPLICABLE}{pid} needs {capability!r}: {reason}")
+                    # Recorded here, by the plugin, from the engine's own answer: a test that skips itself
+                    # with a message that looks the same is NOT RUN, never NOT APPLICABLE (issue #19).
+                    self._not_applicable(item, ids, f"{pid} needs {capability!r}: {reason}")
             for oracle in prediction.oracles:
                 if not _importable(oracle):
-                    pytest.skip(
-                        f"{NOT_APPLICABLE}{pid} needs oracle {oracle!r}: not installed (tox -e oracle runs it)"
+                    self._not_applicable(
+                        item, ids, f"{pid} needs oracle {oracle!r}: not installed (tox -e oracle runs it)"
                     )
+
+    def _not_applicable(self, item: pytest.Item, ids: list[str], message: str) -> None:
+        self.results.setdefault(item.nodeid, _new_record(ids))["not_applicable"] = message
+        pytest.skip(f"{NOT_APPLICABLE}{message}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -226,13 +240,19 @@ class FalsifyPlugin:
         record["predictions"] = ids
         previous = check_module.recorder
         check_module.recorder = observations.append
+        limit = self.config.getoption("falsify_test_timeout") or 0
+        alarm = _Alarm(limit) if ids and limit > 0 else None
         try:
+            if alarm is not None:
+                alarm.start()
             yield
         except BaseException as exc:
             record["exception"] = type(exc).__name__
             record["assertion"] = isinstance(exc, AssertionError | pytest.fail.Exception)
             raise
         finally:
+            if alarm is not None:
+                alarm.stop()
             check_module.recorder = previous
             record["observations"] = _summarise(observations)
         unchecked = [pid for pid in ids if pid not in record["observations"]]
@@ -273,7 +293,11 @@ class FalsifyPlugin:
         elif report.failed:
             # FAIL is a falsified claim (an assertion); anything else raised is an ERROR of the test itself.
             record["outcome"] = (
-                "failed" if report.when == "call" and record.get("assertion", True) else "error"
+                "timeout"
+                if record.get("exception") == FalsifierTimeout.__name__
+                else "failed"
+                if report.when == "call" and record.get("assertion", True)
+                else "error"
             )
             crash = getattr(report.longrepr, "reprcrash", None)
             record["message"] = (crash.message if crash else report.longreprtext.strip().split("\n")[-1])[
@@ -282,6 +306,9 @@ class FalsifyPlugin:
             record["where"] = report.when
         elif report.when == "call" and record["outcome"] == "not run":
             record["outcome"] = "passed"
+        if report.when == "teardown":
+            # After each test, so a run stopped at the gate's timeout (or killed) keeps what it had found.
+            self._write_results()
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.config.getoption("falsify_no_skip"):
@@ -320,7 +347,9 @@ class FalsifyPlugin:
             "tests": self.results,
             "counts": dict(self.counts),
         }
-        Path(path).write_text(json.dumps(payload, indent=1, sort_keys=True, default=repr), encoding="utf-8")
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text(json.dumps(payload, indent=1, sort_keys=True, default=repr), encoding="utf-8")
+        os.replace(tmp, path)  # a reader never sees half a file
 
 
 def _importable(module: str) -> bool:
@@ -355,6 +384,36 @@ def marked_requires(item: pytest.Item) -> set[str] | None:
         if "requires" in mark.kwargs:
             found = (found or set()) | set(mark.kwargs["requires"])
     return found
+
+
+class FalsifierTimeout(BaseException):
+    """Raised into a falsifier past --falsify-test-timeout. A BaseException, so `except Exception` in the test
+    cannot swallow it; raised again every second until the test gives up."""
+
+
+class _Alarm:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.previous: Any = None
+        self.armed = False
+
+    def start(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signals reach the main thread only; the gate's own timeout still applies
+        self.previous = signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds, 1.0)
+        self.armed = True
+
+    def stop(self) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+            self.armed = False
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        raise FalsifierTimeout(
+            f"the falsifier ran past its {self.seconds:g} s timeout (--falsify-test-timeout)"
+        )
 
 
 def _new_record(ids: list[str]) -> dict[str, Any]:

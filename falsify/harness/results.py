@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from falsify.contracts.corpus import Corpus
-from falsify.harness.plugin import NOT_APPLICABLE
 
 
 class Outcome(StrEnum):
@@ -18,12 +17,20 @@ class Outcome(StrEnum):
     ERROR = "ERROR"
     NOT_RUN = "NOT RUN"
     NOT_APPLICABLE = "NOT APPLICABLE"
+    TIMEOUT = "TIMEOUT"
 
 
 # When a prediction's tests disagree, the worst outcome wins, in this order: a skipped (or otherwise not run)
 # bound test outranks PASS, so a prediction is PASS only when every bound test that applies ran and checked it.
 # A test NOT APPLICABLE by name (a capability or oracle the prediction declares) does not.
-_SEVERITY = [Outcome.FAIL, Outcome.ERROR, Outcome.NOT_RUN, Outcome.PASS, Outcome.NOT_APPLICABLE]
+_SEVERITY = [
+    Outcome.FAIL,
+    Outcome.ERROR,
+    Outcome.TIMEOUT,
+    Outcome.NOT_RUN,
+    Outcome.PASS,
+    Outcome.NOT_APPLICABLE,
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +59,12 @@ def test_counts(results: dict[str, Any]) -> dict[str, int] | None:
     counts = results.get("counts")
     if not isinstance(counts, dict):
         return None
-    skips = [
-        str(t.get("message", "")) for t in results.get("tests", {}).values() if t.get("outcome") == "skipped"
-    ]
-    not_applicable = sum(1 for m in skips if m.removeprefix("Skipped: ").startswith(NOT_APPLICABLE))
+    # NOT APPLICABLE as the plugin recorded it from the engine's supports(), never from a skip message.
+    not_applicable = sum(
+        1
+        for t in results.get("tests", {}).values()
+        if t.get("outcome") == "skipped" and t.get("not_applicable")
+    )
     return {k: int(counts.get(k, 0)) for k in ("collected", *PYTEST_COUNTS)} | {
         "not_applicable": not_applicable
     }
@@ -143,6 +152,8 @@ def _test_outcome(pid: str, r: dict[str, Any], ob: dict[str, Any] | None) -> tup
     message = r.get("message", "")
     if ob and ob["held"] < ob["checks"]:
         return Outcome.FAIL, message
+    if outcome == "timeout":
+        return Outcome.TIMEOUT, message
     if outcome == "error":
         return Outcome.ERROR, message
     if outcome == "failed":
@@ -156,8 +167,10 @@ def _test_outcome(pid: str, r: dict[str, Any], ob: dict[str, Any] | None) -> tup
     if outcome == "skipped":
         if message.startswith("Skipped: "):
             message = message[len("Skipped: ") :]
-        if message.startswith(NOT_APPLICABLE):
-            return Outcome.NOT_APPLICABLE, message[len(NOT_APPLICABLE) :]
+        # Only the plugin's own record of the engine's supports() answer makes a skip NOT APPLICABLE; a test
+        # that skips itself with the same words is NOT RUN.
+        if r.get("not_applicable"):
+            return Outcome.NOT_APPLICABLE, str(r["not_applicable"])
         return Outcome.NOT_RUN, f"skipped: {message}"
     if outcome == "passed":
         return (Outcome.PASS, "") if ob else (Outcome.NOT_RUN, "passed without checking it")

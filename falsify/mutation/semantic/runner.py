@@ -34,10 +34,10 @@ from falsify.mutation import executors
 from falsify.mutation.semantic import edits, probe
 from falsify.mutation.semantic.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
 from falsify.mutation.semantic.scratch import Finished, Interrupted, Scratch
-from falsify.project import Project, find_project
+from falsify.project import Project, find_project, source_problem
 
 SCOPES = ("kills", "contract", "all")
-RED = (Outcome.FAIL, Outcome.ERROR)
+RED = (Outcome.FAIL, Outcome.ERROR, Outcome.TIMEOUT)
 
 
 class MutantOutcome(StrEnum):
@@ -215,6 +215,12 @@ class Runner:
                 scratch, tree, selected, timeout=self.settings.control_timeout
             )
             imported = probed.get("modules", {})
+            # Resolved while the copy exists: a removed path resolves to itself, hiding a link out of it.
+            outside = {
+                name: file
+                for name, file in imported.items()
+                if file is not None and not Path(file).resolve().is_relative_to(tree.resolve())
+            }
         finally:
             scratch.remove(tree)
         if data is None:
@@ -234,12 +240,11 @@ class Runner:
             problems.append(f"the control run timed out after {self.settings.control_timeout:.0f} s")
         elif finished.returncode != 0 and not problems:
             problems.append(_tail(finished.output, f"pytest exited {finished.returncode}"))
-        for name, file in imported.items():
-            if file is not None and not Path(file).resolve().is_relative_to(tree.resolve()):
-                problems.append(
-                    f"the falsifiers imported {name} from {file}, not from the scratch copy {tree}: an "
-                    "installed copy shadows the project (mutants would run against the wrong code)"
-                )
+        problems += [
+            f"the falsifiers imported {name} from {file}, not from the scratch copy {tree}: an installed copy "
+            "or a symlink leads out of it (mutants would run against the wrong code)"
+            for name, file in outside.items()
+        ]
         durations = {nid: float(r.get("duration", 0.0)) for nid, r in data.get("tests", {}).items()}
         return Control(
             not problems,
@@ -274,6 +279,9 @@ class Runner:
         return first + [nid for nid, preds in tests.items() if wanted & set(preds) and nid not in first]
 
     def run_mutant(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
+        bad = source_problem(self.project.root, m.file)
+        if bad:  # lint refuses these too; checked again where the path is used
+            return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: file: {bad}")
         source_path = self.project.root / m.file
         try:
             source = source_path.read_text(encoding="utf-8")
@@ -317,17 +325,26 @@ class Runner:
             )
         tree = scratch.copy(m.id)
         try:
+            # _judge compares the imported file with the mutated one while the copy still exists.
             return self._judge(
                 m, applied, diff, tests, *self._run_in(scratch, tree, m, applied, tests, timeout)
             )
+        except MutantSpecError as exc:
+            return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span, detail=str(exc))
         finally:
             scratch.remove(tree)
 
     def _run_in(
         self, scratch: Scratch, tree: Path, m: Mutant, applied: Applied, tests: list[str], timeout: float
     ) -> tuple[Finished, dict[str, Any] | None, dict[str, Any], Path]:
+        bad = source_problem(tree, m.file)
         target = tree / m.file
-        target.write_text(applied.mutated, encoding="utf-8")
+        if bad or not target.resolve().is_relative_to(tree.resolve()):
+            raise MutantSpecError(f"{m.file} is not a regular file inside the scratch copy: {bad}")
+        # O_NOFOLLOW: even a link planted between the check and the write is not written through.
+        fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(applied.mutated)
         stop = () if self.settings.full else m.kills
         finished, data, probed = self.pytest(scratch, tree, tests, timeout=timeout, stop_when_red=stop)
         return finished, data, probed, target

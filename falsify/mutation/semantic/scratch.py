@@ -2,6 +2,10 @@
 
 The working tree is only ever read. Every copy lives under one temporary directory that is removed on exit,
 also on SIGINT or a crash; every child runs in its own process group, killed as a group on timeout or exit.
+All runs' directories sit under one root this user owns (`scratch_root()`); each records its owner's pid and
+its children's process groups, so a run killed with SIGKILL leaves nothing a later run does not sweep.
+A copy holds no symlink to a file: each is copied as content, so an edit in the copy cannot write through a
+link into the working tree or anywhere else (issue #19).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -58,13 +63,66 @@ class Finished:
     seconds: float
 
 
+OWNER = "owner.pid"  # in each run's directory: the pid of the process that made it
+GROUPS = "groups"  # in each run's directory: one process-group id per line, of every child started
+
+
+def scratch_root() -> Path:
+    """<tmp>/falsify-scratch-<uid>: made 0700 and checked to be ours, so no one else can plant files in it."""
+    root = Path(tempfile.gettempdir()) / f"falsify-scratch-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        root.mkdir(mode=0o700)
+    info = os.lstat(root)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise OSError(f"{root} is not a directory owned by this user; refusing to use it for scratch copies")
+    return root
+
+
+def sweep(root: Path | None = None) -> list[Path]:
+    """Remove the directories of runs whose owner is gone, killing the process groups they recorded (only those
+    whose working directory is still inside the dead run's directory, so a reused pid is never touched)."""
+    root = root or scratch_root()
+    swept = []
+    for run in sorted(root.iterdir()):
+        try:
+            owner = int((run / OWNER).read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            owner = None
+        if owner is not None and (owner == os.getpid() or _alive(owner)):
+            continue
+        if owner is None and time.time() - run.lstat().st_mtime < 60:
+            continue  # being created right now
+        with contextlib.suppress(OSError, ValueError):
+            for line in (run / GROUPS).read_text(encoding="ascii").split():
+                if _cwd_inside(int(line), run):
+                    _kill_pid_group(int(line))
+        shutil.rmtree(run, ignore_errors=True)
+        swept.append(run)
+    return swept
+
+
+def _cwd_inside(pid: int, directory: Path) -> bool:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd")).is_relative_to(directory)
+    except OSError:
+        return False
+
+
 class Scratch:
     def __init__(self, source: Path, prefix: str = "falsify-mutants-", exclude: tuple[str, ...] = ()) -> None:
         self.source = source.resolve()
         self.exclude = (
             exclude  # more top-level names (glob patterns) never copied: [tool.falsify] copy_exclude
         )
-        self.base = Path(tempfile.mkdtemp(prefix=prefix))
+        self.swept = sweep(scratch_root())
+        for attempt in range(3):  # another run's close() may remove the empty root in between
+            try:
+                self.base = Path(tempfile.mkdtemp(prefix=prefix, dir=scratch_root()))
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        (self.base / OWNER).write_text(str(os.getpid()), encoding="ascii")
         self._procs: set[subprocess.Popen[str]] = set()
         self._pids: set[int] = set()  # children of the fork server
         self._server: subprocess.Popen[str] | None = None
@@ -95,6 +153,7 @@ class Scratch:
             return skip
 
         shutil.copytree(root, dest, ignore=ignore, symlinks=True)
+        _no_file_links(dest, root)
         return dest
 
     def remove(self, path: Path) -> None:
@@ -116,6 +175,7 @@ class Scratch:
                 start_new_session=True,
             )
             self._procs.add(proc)
+            self._record(proc.pid)
         try:
             output, _ = proc.communicate(timeout=timeout)
             code: int | None = proc.returncode
@@ -147,6 +207,7 @@ class Scratch:
             start_new_session=True,
         )
         assert server.stdout is not None
+        self._record(server.pid)
         ready = server.stdout.readline()
         if '"ready"' not in ready:
             _kill_group(server)
@@ -174,6 +235,7 @@ class Scratch:
             self._server.stdin.flush()
             pid = int(json.loads(self._server.stdout.readline())["pid"])
             self._pids.add(pid)
+            self._record(pid)
         rc = Path(f"{out}.rc")
         code: int | None = None
         try:
@@ -203,6 +265,10 @@ class Scratch:
         rc.unlink(missing_ok=True)
         return Finished(code, output, time.perf_counter() - start)
 
+    def _record(self, pgid: int) -> None:
+        with contextlib.suppress(OSError), open(self.base / GROUPS, "a", encoding="ascii") as f:
+            f.write(f"{pgid}\n")
+
     def stop(self) -> None:
         """Refuse new work and kill every running child's process group."""
         with self._lock:
@@ -223,6 +289,26 @@ class Scratch:
                 if stream is not None:
                     stream.close()
         shutil.rmtree(self.base, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the shared root goes too once no run is using it
+            self.base.parent.rmdir()
+
+
+def _no_file_links(dest: Path, source: Path) -> None:
+    """Replace each symlink in the copy: a link to a regular file by the file's content; any other link (to a
+    directory, a device, nowhere, or a loop) is removed, as the working tree's own links are never followed."""
+    for directory, dirnames, filenames in os.walk(dest, followlinks=False):
+        for name in dirnames + filenames:
+            path = Path(directory) / name
+            if not path.is_symlink():
+                continue
+            original = source / path.relative_to(dest)
+            try:
+                regular = stat.S_ISREG(os.stat(original).st_mode)
+            except (OSError, RuntimeError):
+                regular = False
+            path.unlink()
+            if regular:
+                shutil.copyfile(original, path)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -1,0 +1,131 @@
+"""Lint rule `cannot-fail`: a prediction no observation could falsify is not a prediction.
+
+A formula with no free name is a constant. Otherwise it is evaluated at the corners of its inputs: for each name,
+the values its declared type and range make likely to break a claim (0, +-1, the declared min and max, every
+constant in the formula and its neighbours, empty and one-item lists, ...). If the formula is true at every corner
+(up to MAX_POINTS of them, a fixed pseudo-random sample when the product is larger), lint reports that it cannot
+fail. A corner where the formula raises an error or gives a non-bool counts as "could fail" (the check would
+report an ERROR there), so the rule never guesses for the contract author.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from falsify.contracts.formula import Formula
+from falsify.errors import FormulaError
+
+MAX_POINTS = 512  # corner points evaluated per formula
+BUDGET = 20_000  # work units per corner evaluation; a formula that needs more is not judged
+
+
+def corners_of(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:
+    ints: set[int] = set()
+    floats: set[float] = {0.0, 1.0, -1.0, 0.5, 1e-9, 1e9, -1e9}
+    strs: set[str] = {"", "x"}
+    for node in ast.walk(formula.tree.body):
+        v = _constant(node)
+        if v is not None:
+            if isinstance(v, bool) or v is None:
+                continue
+            if isinstance(v, int):
+                ints |= {v - 1, v, v + 1, -v}
+            elif isinstance(v, float) and math.isfinite(v):
+                floats |= {v, -v, v * 2, v / 2, v + 1, v - 1, v * (1 + 1e-9), v * (1 - 1e-9)}
+            elif isinstance(v, str) and len(v) < 200:
+                strs |= {v, v + "x"}
+    # The formula's own constants and their neighbours first, then the usual suspects; at most 24.
+    int_list = sorted(ints, key=lambda x: (abs(x), x))[:18]
+    int_list += [v for v in (0, 1, -1, 2, 3, 7, 2**31) if v not in int_list]
+    lists: list[Any] = [[], [0], [1], [0, 1], [1, 0], [1, 1], [2, 1, 0], [0.5], ["x"]]
+    lists += [[v] for v in int_list[:6]] + [[v] for v in sorted(strs)[:4]]
+    out: dict[str, list[Any]] = {}
+    for name in formula.names:
+        decl = decls.get(name, {})
+        kind = decl.get("type")
+        values = decl.get("values")
+        if isinstance(values, list) and values:
+            out[name] = list(values)
+            continue
+        low, high = decl.get("min"), decl.get("max")
+        if kind == "int":
+            pool = set(int_list)
+            for b in (low, high):
+                if isinstance(b, int | float) and math.isfinite(b):
+                    pool |= {int(b), int(b) - 1, int(b) + 1}
+            if all(isinstance(b, int | float) and math.isfinite(b) for b in (low, high)):
+                pool |= {int((low + high) // 2)}
+            out[name] = sorted(v for v in pool if _within(v, low, high)) or sorted(pool)
+        elif kind == "float":
+            pool_f = set(floats) | {float(x) for x in int_list}
+            for b in (low, high):
+                if isinstance(b, int | float) and math.isfinite(b):
+                    pool_f |= {float(b), float(b) - 1e-9, float(b) + 1e-9}
+            out[name] = sorted(v for v in pool_f if _within(v, low, high)) or sorted(pool_f)
+        elif kind == "bool":
+            out[name] = [False, True]
+        elif kind == "str":
+            out[name] = sorted(strs)
+        elif kind == "list":
+            out[name] = lists
+        else:
+            out[name] = [*int_list, *sorted(floats), False, True, *sorted(strs), *lists, None]
+    return out
+
+
+def cannot_fail(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Why the formula cannot fail, or None when some corner falsifies it (or it could not be judged)."""
+    if not formula.names:
+        value = _value(formula, {})
+        if value is True:
+            return "the formula is a constant (true whatever is observed): it names no observable"
+        if value is False:
+            return "the formula is a constant false: no observation can make it hold"
+        return None
+    corners = corners_of(formula, decls)
+    names = list(corners)
+    total = math.prod(len(corners[n]) for n in names)
+    if total <= MAX_POINTS:
+        points = itertools.product(*(corners[n] for n in names))
+    else:
+        rng = random.Random(0)
+        points = (tuple(rng.choice(corners[n]) for n in names) for _ in range(MAX_POINTS))
+    count = 0
+    for point in points:
+        count += 1
+        if _value(formula, dict(zip(names, point, strict=True))) is not True:
+            return None
+    return (
+        f"true at all {count} corner points of its inputs ({', '.join(names)}): no observation can falsify it"
+    )
+
+
+def _within(v: float, low: Any, high: Any) -> bool:
+    """Inside the declared range: a domain parameter takes no value outside it."""
+    if isinstance(low, int | float) and v < low:
+        return False
+    return not (isinstance(high, int | float) and v > high)
+
+
+def _constant(node: ast.AST) -> Any:
+    """The value of a sub-expression that names nothing (`2**31 + 1`), so its neighbours become corners."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if not isinstance(node, ast.expr) or any(isinstance(n, ast.Name | ast.Call) for n in ast.walk(node)):
+        return None
+    try:
+        return Formula("", ast.Expression(node), ()).evaluate({}, budget=BUDGET)
+    except FormulaError:
+        return None
+
+
+def _value(formula: Formula, values: dict[str, Any]) -> Any:
+    try:
+        return formula.evaluate(values, budget=BUDGET)
+    except FormulaError:
+        return None
