@@ -26,6 +26,7 @@ SHORT = {
     "PASS": "PASS",
     "FAIL": "FAIL",
     "ERROR": "ERROR",
+    "TIMEOUT": "TIMEOUT",
     "NOT RUN": "not run",
     "NOT APPLICABLE": "n/a",
 }
