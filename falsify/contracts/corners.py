@@ -14,7 +14,7 @@ import ast
 import itertools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from falsify.contracts.formula import Formula
@@ -58,8 +58,9 @@ def corners_of(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> dict
             for b in (low, high):
                 if isinstance(b, int | float) and math.isfinite(b):
                     pool |= {int(b), int(b) - 1, int(b) + 1}
-            if all(isinstance(b, int | float) and math.isfinite(b) for b in (low, high)):
-                pool |= {int((low + high) // 2)}
+            finite = [b for b in (low, high) if isinstance(b, int | float) and math.isfinite(b)]
+            if len(finite) == 2:
+                pool |= {int((finite[0] + finite[1]) // 2)}
             out[name] = sorted(v for v in pool if _within(v, low, high)) or sorted(pool)
         elif kind == "float":
             pool_f = set(floats) | {float(x) for x in int_list}
@@ -90,6 +91,7 @@ def cannot_fail(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> str
     corners = corners_of(formula, decls)
     names = list(corners)
     total = math.prod(len(corners[n]) for n in names)
+    points: Iterable[tuple[Any, ...]]
     if total <= MAX_POINTS:
         points = itertools.product(*(corners[n] for n in names))
     else:

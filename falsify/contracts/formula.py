@@ -366,7 +366,8 @@ class _Eval:
             size = self.size(a) + self.size(b) - 1
             if size > MAX_SIZE + 1:
                 raise FormulaError(f"{_src(node)}: builds more than {MAX_SIZE} items")
-            return self.built(a + b, node, size)
+            joined: Any = a + b  # type: ignore[operator]  # same type on both sides, checked above
+            return self.built(joined, node, size)
         if isinstance(op, ast.Mult) and (
             isinstance(a, list | tuple | str) or isinstance(b, list | tuple | str)
         ):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from falsify.contracts.cost import check_cost
 from falsify.contracts.formula import MAX_BITS, MAX_SIZE, parse
 from falsify.errors import FormulaError
 
-DECLS = {
+DECLS: dict[str, dict[str, Any]] = {
     "x": {"type": "int"},
     "f": {"type": "float"},
     "s": {"type": "str"},

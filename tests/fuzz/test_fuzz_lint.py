@@ -376,7 +376,7 @@ def test_lint_fuzz() -> None:
     print("lint fuzz: corpora per problem rule, and records accepted:", dict(sorted(STATS.items())))
 
 
-DECLS = {
+DECLS: dict[str, dict[str, Any]] = {
     "emitted": {"type": "int"},
     "decode_forwards": {"type": "int"},
     "tokens": {"type": "list"},

@@ -138,7 +138,7 @@ def test_unreadable_file_and_directory_are_named_not_skipped(
         def refuse_scandir(path: object = ".") -> object:
             if str(path) == str(tmp_path / "sub"):
                 raise PermissionError(13, "Permission denied", str(path))
-            return real_scandir(path)  # type: ignore[arg-type]
+            return real_scandir(path)  # type: ignore[call-overload]
 
         monkeypatch.setattr(os, "open", refuse_open)
         monkeypatch.setattr(os, "scandir", refuse_scandir)
