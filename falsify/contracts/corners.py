@@ -22,6 +22,7 @@ from falsify.errors import FormulaError
 
 MAX_POINTS = 512  # corner points evaluated per formula
 BUDGET = 20_000  # work units per corner evaluation; a formula that needs more is not judged
+FILE_BUDGET = 3_000_000  # work units for every corner check of one file
 
 
 def corners_of(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -79,10 +80,22 @@ def corners_of(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> dict
     return out
 
 
-def cannot_fail(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """Why the formula cannot fail, or None when some corner falsifies it (or it could not be judged)."""
+class Budget:
+    """Work units the corner checks of one file may spend in all (a 1 MiB file of tautologies stays a few seconds)."""
+
+    def __init__(self, units: int = FILE_BUDGET) -> None:
+        self.left = units
+
+
+def cannot_fail(
+    formula: Formula, decls: Mapping[str, Mapping[str, Any]], budget: Budget | None = None
+) -> str | None:
+    """Why the formula cannot fail, or None when some corner falsifies it.
+
+    Raises NotJudged when the file's budget runs out first."""
+    budget = budget or Budget()
     if not formula.names:
-        value = _value(formula, {})
+        value = _value(formula, {}, budget)
         if value is True:
             return "the formula is a constant (true whatever is observed): it names no observable"
         if value is False:
@@ -100,7 +113,7 @@ def cannot_fail(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> str
     count = 0
     for point in points:
         count += 1
-        if _value(formula, dict(zip(names, point, strict=True))) is not True:
+        if _value(formula, dict(zip(names, point, strict=True)), budget) is not True:
             return None
     return (
         f"true at all {count} corner points of its inputs ({', '.join(names)}): no observation can falsify it"
@@ -126,8 +139,22 @@ def _constant(node: ast.AST) -> Any:
         return None
 
 
-def _value(formula: Formula, values: dict[str, Any]) -> Any:
+class NotJudged(Exception):
+    """The file's corner budget ran out before this formula was judged."""
+
+
+def _value(formula: Formula, values: dict[str, Any], budget: Budget) -> Any:
+    if budget.left <= 0:
+        raise NotJudged(f"not judged: the file's {FILE_BUDGET:,} work units for corner checks are spent")
+    meter: list[int] = []
+    allowed = min(BUDGET, budget.left)
     try:
-        return formula.evaluate(values, budget=BUDGET)
+        return formula.evaluate(values, budget=allowed, meter=meter)
     except FormulaError:
+        if allowed < BUDGET and sum(meter) >= allowed:  # stopped by the file's budget, not by the formula
+            raise NotJudged(
+                f"not judged: the file's {FILE_BUDGET:,} work units for corner checks are spent"
+            ) from None
         return None
+    finally:
+        budget.left -= sum(meter) + 1

@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 
-from falsify.contracts.corners import cannot_fail
+from falsify.contracts.corners import Budget, NotJudged, cannot_fail
 from falsify.contracts.cost import check_cost, result_kinds
 from falsify.contracts.formula import Formula, parse
 from falsify.contracts.packs import contracts_dir, is_pack_file
@@ -276,8 +276,10 @@ def _formula(
     decls: dict[str, Any],
     what: str,
     problems: list[Problem],
-    prediction: bool = False,
+    budget: Budget | None = None,
 ) -> Formula | None:
+    """The parsed formula, or None with its problems. `budget`: for a prediction, the file's corner budget (the
+    cannot-fail rule); None for a cost, which the rule does not apply to."""
     declared = set(decls)
     try:
         formula = parse(source)
@@ -307,8 +309,11 @@ def _formula(
             Problem(*where, f"gives {'/'.join(sorted(kinds))}, never true or false", "formula-type")
         )
         return None
-    if prediction:
-        why = cannot_fail(formula, decls)
+    if budget is not None:
+        try:
+            why = cannot_fail(formula, decls, budget)
+        except NotJudged as exc:
+            why = f"{exc}; split the contract"
         if why:
             problems.append(Problem(*where, why, "cannot-fail"))
             return None
@@ -336,6 +341,7 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
     ok = not stem_problems
     observables: dict[str, dict[str, Any]] = data["observables"]
     predictions = []
+    budget = Budget()  # one per file: the cannot-fail rule's work is bounded per file, not per formula
     for i, p in enumerate(data["predictions"]):
         domain = p.get("domain") or {}
         for name in domain:
@@ -362,7 +368,7 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
             {**observables, **domain},
             "declared observables and parameters",
             problems,
-            prediction=True,
+            budget,
         )
         if formula is None:
             ok = False

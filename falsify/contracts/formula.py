@@ -100,14 +100,24 @@ class Formula:
     tree: ast.Expression
     names: tuple[str, ...]  # free names in order of first appearance
 
-    def evaluate(self, values: Mapping[str, Any], budget: int | None = None) -> Any:
+    def evaluate(
+        self, values: Mapping[str, Any], budget: int | None = None, meter: list[int] | None = None
+    ) -> Any:
         """The formula's value on `values`; FormulaError for anything else (never another exception).
 
-        `budget`: work units beyond MAX_LINEAR x the inputs' size (default MAX_WORK)."""
+        `budget`: work units beyond MAX_LINEAR x the inputs' size (default MAX_WORK). `meter`: the units this
+        evaluation spent are appended to it, whatever the outcome."""
         missing = [n for n in self.names if n not in values]
         if missing:
             raise FormulaError(f"no value for {', '.join(missing)} in {self.source!r}")
         run = _Eval(values, MAX_WORK if budget is None else budget)
+        try:
+            return self._run(run)
+        finally:
+            if meter is not None:
+                meter.append(run.spent)
+
+    def _run(self, run: _Eval) -> Any:
         try:
             for name in self.names:
                 run.load(name)
@@ -236,12 +246,14 @@ class _Eval:
     def __init__(self, values: Mapping[str, Any], budget: int):
         self.values = values
         self.left = budget
+        self.spent = 0
         self.input_size = 0
         self.loaded: dict[str, Any] = {}
         self._sizes: dict[int, tuple[Any, int]] = {}  # id -> (value kept alive, deep size)
 
     def charge(self, units: int) -> None:
         self.left -= units
+        self.spent += units
         if self.left < 0:
             raise FormulaError(
                 "evaluation budget exhausted (the formula does more work than its inputs justify; "

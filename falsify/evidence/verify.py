@@ -43,6 +43,8 @@ from falsify.evidence.tree import (
     weights_files,
 )
 
+MAX_JSON_BYTES = 256 << 20  # a bundle's statements, results and reports are parsed whole: bounded first
+
 # The in-toto Statement v1 shape (attestation spec v1, statement.md): what every line must be.
 STATEMENT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -103,6 +105,8 @@ def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]
         raise EvidenceError(f"{path}: a symlink; a bundle holds only regular files")
     if not path.is_file():
         raise EvidenceError(f"{path}: no such file (is {bundle} an evidence bundle?)")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise EvidenceError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,}-byte limit")
     lines = path.read_bytes().splitlines()
     by_type: dict[str, dict[str, Any]] = {}
     for i, line in enumerate(lines, 1):
@@ -300,6 +304,11 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
 
 
 def _json(path: Path, v: Verification) -> Any:
+    if path.is_symlink() or path.stat().st_size > MAX_JSON_BYTES:
+        v.problems.append(
+            f"{path.name}: a link or over {MAX_JSON_BYTES:,} bytes; the verdict cannot be re-derived"
+        )
+        return None
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

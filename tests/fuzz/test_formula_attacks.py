@@ -185,3 +185,18 @@ def test_cannot_fail(source: str) -> None:
 )  # fmt: skip
 def test_can_fail(source: str) -> None:
     assert cannot_fail(parse(source), DECLS) is None
+
+
+def test_corner_checks_are_bounded_per_file() -> None:
+    """A file of expensive tautologies cannot make lint slow: the corner checks share one budget per file, and a
+    formula reached after it is spent is reported as not judged (a lint error), never passed in silence."""
+    from falsify.contracts.corners import Budget, NotJudged
+
+    heavy = parse(" and ".join(["abs(x - n) >= 0"] * 40))
+    budget = Budget(50_000)
+    verdicts = []
+    with pytest.raises(NotJudged, match="not judged"):
+        for _ in range(100):
+            verdicts.append(cannot_fail(heavy, DECLS, budget))
+    assert verdicts and all(v is not None for v in verdicts)
+    assert budget.left <= 0
