@@ -36,6 +36,7 @@ import torch
 import transformers
 from transformers.generation.streamers import BaseStreamer
 
+from falsify.engines.adapters.arguments import generate_arguments, token_ids
 from falsify.engines.protocol import RunRecord
 from reference.prefill import Prefill
 
@@ -187,7 +188,7 @@ class HFModel:
 
     def forward(self, tokens: Any, state: HFState) -> np.ndarray:
         """Logits f32[len(tokens), vocab]; one HF forward call that advances `state.cache` by len(tokens)."""
-        ids = _token_ids(tokens, "tokens", self.config.vocab_size)
+        ids = token_ids(tokens, "tokens", self.config.vocab_size)
         if not isinstance(state, HFState):
             raise ValueError(
                 f"forward: state must be an HFState from new_state(), got {type(state).__name__}"
@@ -293,28 +294,15 @@ class HFSession:
         sampler: Callable[[np.ndarray], int] | None = None,
         on_token: Callable[[int], object] | None = None,
     ) -> RunRecord:  # measured around model.generate
-        from reference.cancel import CancelToken
-
-        vocab = self.model.config.vocab_size
-        ids = _token_ids(prompt, "prompt", vocab)
-        if not ids:
-            raise ValueError("prompt is empty: generate needs at least one token to prefill")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 1:
-            raise ValueError(
-                f"max_tokens must be an int >= 1 (HF generate needs max_new_tokens >= 1), got {max_tokens!r}"
-            )
-        if len(ids) + max_tokens - 1 > self.model.config.max_position_embeddings:
-            raise ValueError(
-                f"prompt of {len(ids)} tokens with max_tokens={max_tokens} exceeds max_position_embeddings"
-            )
-        stops = _token_ids(stop_tokens, "stop_tokens", vocab)
-        cancel = CancelToken.never() if cancel is None else cancel
-        if not callable(getattr(cancel, "is_cancelled", None)):
-            raise ValueError(f"cancel must have is_cancelled() and polls, got {type(cancel).__name__}")
-        if sampler is not None and not callable(sampler):
-            raise ValueError(
-                f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
-            )
+        ids, stops, cancel = generate_arguments(
+            prompt,
+            max_tokens,  # HF generate needs max_new_tokens >= 1
+            stop_tokens,
+            cancel,
+            sampler,
+            vocab=self.model.config.vocab_size,
+            positions=self.model.config.max_position_embeddings,
+        )
 
         config = transformers.GenerationConfig(
             do_sample=False,
@@ -367,20 +355,3 @@ class HFSession:
 
 
 # -- stepped prefill ----------------------------------------------------------------------------------------
-
-
-def _token_ids(tokens: Any, what: str, vocab: int) -> list[int]:
-    """Plain int token ids, each checked against the vocabulary."""
-    if isinstance(tokens, str | bytes):
-        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
-    arr = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
-    if arr.size == 0:
-        return []
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(
-            f"{what} must be a 1-D sequence of int token ids, got shape {arr.shape} dtype {arr.dtype}"
-        )
-    bad = np.flatnonzero((arr < 0) | (arr >= vocab))
-    if bad.size:
-        raise ValueError(f"{what}[{int(bad[0])}] = {int(arr[bad[0]])} is outside the vocabulary [0, {vocab})")
-    return [int(t) for t in arr]

@@ -43,6 +43,8 @@ import llama_cpp
 import llama_cpp.llama_cpp as C
 import numpy as np
 
+from falsify.engines.adapters.arguments import generate_arguments, token_ids
+from falsify.engines.protocol import RunRecord
 from reference.prefill import Prefill
 
 # llama.cpp's chunked Gated DeltaNet (build_delta_net_chunking, src/models/delta-net-base.cpp) groups a call's
@@ -324,18 +326,9 @@ class LlamaCppModel:
 
 
 @dataclass(frozen=True, slots=True)
-class LlamaCppRun:
+class LlamaCppRun(RunRecord):
     """What one generate call emitted and what it cost, as the adapter saw it (the harness counts its own)."""
 
-    tokens: tuple[int, ...]
-    emitted: int
-    decode_forwards: int
-    prefill_forwards: int
-    polls: int
-    positions: tuple[int, ...]
-    wasted_forwards: int
-    stop_reason: str
-    prompt_len: int
     aborted_decodes: int = 0  # llama_decode calls the abort callback stopped (llamacpp-abort)
     kept_after_abort: int = -1  # positions llama.cpp's sequence held right after the aborted decode
 
@@ -356,24 +349,17 @@ class LlamaCppSession:
         sampler: Callable[[np.ndarray], int] | None = None,
         on_token: Callable[[int], object] | None = None,
     ) -> LlamaCppRun:
-        from reference.cancel import CancelToken
-
         vocab = self.model.config.vocab_size
-        ids = token_ids(prompt, "prompt", vocab)
-        if not ids:
-            raise ValueError("prompt is empty: generate needs at least one token to prefill")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 1:
-            raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-        if len(ids) + max_tokens - 1 > self.model.config.max_position_embeddings:
-            raise ValueError(f"prompt of {len(ids)} tokens with max_tokens={max_tokens} exceeds n_ctx")
-        stops = set(token_ids(stop_tokens, "stop_tokens", vocab))
-        cancel = CancelToken.never() if cancel is None else cancel
-        if not callable(getattr(cancel, "is_cancelled", None)):
-            raise ValueError(f"cancel must have is_cancelled(), got {type(cancel).__name__}")
-        if sampler is not None and not callable(sampler):
-            raise ValueError(
-                f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
-            )
+        ids, stop_list, cancel = generate_arguments(
+            prompt,
+            max_tokens,
+            stop_tokens,
+            cancel,
+            sampler,
+            vocab=vocab,
+            positions=self.model.config.max_position_embeddings,  # n_ctx
+        )
+        stops = set(stop_list)
 
         llama = self.model.llama
         state = self.model.new_state()
@@ -469,20 +455,3 @@ def _only(sampler: Callable[[np.ndarray], int], vocab: int) -> Callable[[Any, np
         return out
 
     return process
-
-
-def token_ids(tokens: Any, what: str, vocab: int) -> list[int]:
-    """Plain int token ids, each checked against the vocabulary."""
-    if isinstance(tokens, str | bytes):
-        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
-    arr = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
-    if arr.size == 0:
-        return []
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(
-            f"{what} must be a 1-D sequence of int token ids, got shape {arr.shape} dtype {arr.dtype}"
-        )
-    bad = np.flatnonzero((arr < 0) | (arr >= vocab))
-    if bad.size:
-        raise ValueError(f"{what}[{int(bad[0])}] = {int(arr[bad[0]])} is outside the vocabulary [0, {vocab})")
-    return [int(t) for t in arr]

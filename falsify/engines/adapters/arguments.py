@@ -1,0 +1,61 @@
+"""The Session protocol's arguments as every adapter over another library checks them before calling it: one
+clear ValueError naming the argument, never an error from deep inside torch or llama.cpp."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def token_ids(tokens: Any, what: str, vocab: int) -> list[int]:
+    """Plain int token ids, each checked against the vocabulary."""
+    if isinstance(tokens, str | bytes):
+        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
+    arr = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens)
+    if arr.size == 0:
+        return []
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(
+            f"{what} must be a 1-D sequence of int token ids, got shape {arr.shape} dtype {arr.dtype}"
+        )
+    bad = np.flatnonzero((arr < 0) | (arr >= vocab))
+    if bad.size:
+        raise ValueError(f"{what}[{int(bad[0])}] = {int(arr[bad[0]])} is outside the vocabulary [0, {vocab})")
+    return [int(t) for t in arr]
+
+
+def generate_arguments(
+    prompt: Sequence[int] | np.ndarray,
+    max_tokens: int | np.integer,
+    stop_tokens: Iterable[int],
+    cancel: Any,
+    sampler: Callable[[np.ndarray], int] | None,
+    *,
+    vocab: int,
+    positions: int,
+) -> tuple[list[int], list[int], Any]:
+    """(prompt ids, stop ids, cancel token) of a `generate` call, or a ValueError. The library generates at
+    least one token (max_tokens >= 1) within `positions` (its context); no cancel token means one that never
+    cancels (reference.cancel.CancelToken.never())."""
+    from reference.cancel import CancelToken
+
+    ids = token_ids(prompt, "prompt", vocab)
+    if not ids:
+        raise ValueError("prompt is empty: generate needs at least one token to prefill")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    if len(ids) + max_tokens - 1 > positions:
+        raise ValueError(
+            f"prompt of {len(ids)} tokens with max_tokens={max_tokens} exceeds the model's {positions} positions"
+        )
+    stops = token_ids(stop_tokens, "stop_tokens", vocab)
+    cancel = CancelToken.never() if cancel is None else cancel
+    if not (callable(getattr(cancel, "is_cancelled", None)) and hasattr(cancel, "polls")):
+        raise ValueError(f"cancel must have is_cancelled() and polls, got {type(cancel).__name__}")
+    if sampler is not None and not callable(sampler):
+        raise ValueError(
+            f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
+        )
+    return ids, stops, cancel
