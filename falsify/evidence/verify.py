@@ -28,6 +28,7 @@ from falsify.evidence import (
     REPORT_MD,
     RESULTS,
     SIGNATURES,
+    STATEMENT_TYPE,
     STATEMENTS,
     TEST_RESULT_TYPE,
 )
@@ -50,7 +51,7 @@ STATEMENT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["_type", "subject", "predicateType", "predicate"],
     "properties": {
-        "_type": {"const": "https://in-toto.io/Statement/v1"},
+        "_type": {"const": STATEMENT_TYPE},
         "subject": {
             "type": "array",
             "minItems": 1,
