@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from test_evidence import ENGINE, falsify_cli, make_project
+from test_evidence import ENGINE, evidence_args, falsify_cli, make_project
 
 from falsify.evidence import STATEMENTS
 from falsify.evidence.verdict import junit_totals, junit_view
@@ -130,20 +130,7 @@ def test_gate_junit_pytest_and_evidence_give_the_same_counts(tmp_path: Path) -> 
     assert f"; {phrase}; engine {ENGINE}" in gate_json["verdict"]
     assert gate_json["verdict"] in gate.stdout
 
-    evidence = falsify_cli(
-        root,
-        "evidence",
-        *(
-            "--out",
-            "evidence",
-            "--engine",
-            ENGINE,
-            "--sources",
-            "tinyengine/**/*.py",
-            "--from",
-            ".falsify/gate",
-        ),
-    )
+    evidence = falsify_cli(root, *evidence_args("evidence"))
     assert evidence.returncode == 1, evidence.stdout + evidence.stderr  # NO-GO, with a bundle
     lines = (root / "evidence" / STATEMENTS).read_text(encoding="utf-8").splitlines()
     (verdict,) = [s["predicate"]["verdict"] for s in map(json.loads, lines) if "verdict" in s["predicate"]]

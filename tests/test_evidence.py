@@ -202,6 +202,21 @@ def falsify_cli(
     )
 
 
+def evidence_args(out: str) -> list[str]:
+    """`falsify evidence` of the tiny project from its gate's output in .falsify/gate, into `out`."""
+    return [
+        "evidence",
+        "--out",
+        out,
+        "--engine",
+        ENGINE,
+        "--sources",
+        "tinyengine/**/*.py",
+        "--from",
+        ".falsify/gate",
+    ]
+
+
 @pytest.fixture
 def verify(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Verify:
     """`falsify verify` in this process (fast): exit code and output, run from the project root given."""
@@ -229,15 +244,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = falsify_cli(
         root,
-        "evidence",
-        "--out",
-        "evidence",
-        "--engine",
-        ENGINE,
-        "--sources",
-        "tinyengine/**/*.py",
-        "--from",
-        ".falsify/gate",
+        *evidence_args("evidence"),
         "--mutants-report",
         str(base / "stryker.json"),
     )
@@ -464,15 +471,7 @@ def test_mutants_not_run_is_said_and_is_no_go(copy: Path, verify: Verify) -> Non
     root = copy / "proj"
     proc = falsify_cli(
         root,
-        "evidence",
-        "--out",
-        "nomut",
-        "--engine",
-        ENGINE,
-        "--sources",
-        "tinyengine/**/*.py",
-        "--from",
-        ".falsify/gate",
+        *evidence_args("nomut"),
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "mutants NOT RUN" in proc.stdout
@@ -837,15 +836,7 @@ def test_a_mutmut_report_is_kept_summarised_drawn_and_verified(copy: Path, verif
     )
     proc = falsify_cli(
         root,
-        "evidence",
-        "--out",
-        "with-mutmut",
-        "--engine",
-        ENGINE,
-        "--sources",
-        "tinyengine/**/*.py",
-        "--from",
-        ".falsify/gate",
+        *evidence_args("with-mutmut"),
         "--mutants-report",
         str(copy / "stryker.json"),
         "--mutmut-report",

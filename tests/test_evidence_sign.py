@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from test_evidence import Verify, built, copy, falsify_cli, verify
+from test_evidence import Verify, built, copy, evidence_args, falsify_cli, verify
 
 from falsify.evidence import SIGNATURES, STATEMENTS
 from falsify.evidence.sign import PAYLOAD_TYPE, pae
@@ -48,15 +48,7 @@ def signed(copy: Path, keys: tuple[Path, Path]) -> Path:
     root = copy / "proj"
     proc = falsify_cli(
         root,
-        "evidence",
-        "--out",
-        "evidence",
-        "--engine",
-        "tinyengine.engine:TinyEngine",
-        "--sources",
-        "tinyengine/**/*.py",
-        "--from",
-        ".falsify/gate",
+        *evidence_args("evidence"),
         "--mutants-report",
         str(copy / "stryker.json"),
         "--sign",
