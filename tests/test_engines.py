@@ -7,13 +7,11 @@ FALSIFY-SERVE-CANCEL-002 (decode_forwards == emitted - 1).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from gate_cli import run_gate
 
 import falsify
 from falsify.engines.adapters.broken import BrokenEngine
@@ -96,29 +94,14 @@ def test_unknown_engine_is_a_clear_error() -> None:
 def test_gate_fails_on_the_broken_engine_naming_the_emitted_minus_one_prediction(tmp_path: Path) -> None:
     """`falsify gate --engine module:factory`, restricted to the budget-cancel falsifier to stay quick."""
     env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}  # first counterexample, no shrinking
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "falsify.cli",
-            "gate",
-            "--engine",
-            "falsify.engines.adapters.broken:BrokenEngine",
-            "--out",
-            str(tmp_path),
-            "--",
-            "-k",
-            "test_a_budget_cancelled_run",
-        ],
+    proc, rows = run_gate(
+        "falsify.engines.adapters.broken:BrokenEngine",
+        tmp_path,
+        *("-k", "test_a_budget_cancelled_run"),
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = {r["id"]: r for r in json.loads((tmp_path / "gate.json").read_text())["predictions"]}
     assert rows["FALSIFY-SERVE-CANCEL-002"]["outcome"] == "FAIL"
     failed = rows["FALSIFY-SERVE-CANCEL-002"]["values"]
     assert failed["decode_forwards"] == failed["emitted"], failed  # the poll-after-forward signature

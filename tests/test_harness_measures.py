@@ -7,13 +7,12 @@ FALSIFY-SERVE-CANCEL-011 (record == measurement) must turn red on it, while the 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from gate_cli import run_gate
 
 import falsify
 from falsify.harness.instruments import CountingCancel, CountingModel
@@ -57,29 +56,14 @@ def test_the_gate_fails_the_miscounting_engine_on_the_agreement_prediction(tmp_p
         "HYPOTHESIS_PROFILE": "mutation",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH", "")])),
     }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "falsify.cli",
-            "gate",
-            "--engine",
-            "miscounting_engine:MiscountingEngine",
-            "--out",
-            str(tmp_path),
-            "--",
-            "-k",
-            "test_a_budget_cancelled_run",
-        ],
+    proc, rows = run_gate(
+        "miscounting_engine:MiscountingEngine",
+        tmp_path,
+        *("-k", "test_a_budget_cancelled_run"),
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = {r["id"]: r for r in json.loads((tmp_path / "gate.json").read_text())["predictions"]}
     assert rows["FALSIFY-SERVE-CANCEL-011"]["outcome"] == "FAIL"
     failed = rows["FALSIFY-SERVE-CANCEL-011"]["values"]
     assert failed["reported_decode_forwards"] == failed["decode_forwards"] - 1, failed

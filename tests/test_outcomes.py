@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from gate_cli import run_gate
 
 from falsify.contracts.corpus import load_corpus
 from falsify.harness.gate import verdict
@@ -126,27 +125,8 @@ def test_the_gate_exits_non_zero_when_a_bound_test_is_skipped(pytester: pytest.P
         TESTS.format(second="pytest.skip('oracle missing')", gaps="[[1, 1]]")
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "falsify.cli",
-            "gate",
-            "--engine",
-            "reference",
-            "--out",
-            str(pytester.path / "out"),
-        ],
-        cwd=pytester.path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    proc, rows = run_gate("reference", pytester.path / "out", cwd=pytester.path, env=env, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    gate = json.loads((pytester.path / "out" / "gate.json").read_text())
-    rows = {r["id"]: r for r in gate["predictions"]}
     assert rows["FALSIFY-DEMO-001"]["outcome"] == "NOT RUN"
     assert rows["FALSIFY-DEMO-003"]["outcome"] == "NOT APPLICABLE"
     assert "2 skipped (1 not applicable)" in proc.stdout and "gate: FAIL" in proc.stdout
