@@ -136,7 +136,7 @@ def add_bindings(sub: argparse._SubParsersAction) -> None:
 def run_bindings(args: argparse.Namespace) -> int:
     import tempfile
 
-    from falsify.harness.gate import lint_project, run_pytest
+    from falsify.harness.gate import lint_project, run_pytest_timed
     from falsify.harness.results import load_results
     from falsify.table import table
 
@@ -154,7 +154,7 @@ def run_bindings(args: argparse.Namespace) -> int:
     engine = args.engine or os.environ.get("FALSIFY_ENGINE") or project.engine or "none"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "collect.json"
-        run_pytest(project, path, [], engine=engine, collect_only=True, quiet=True, packs=packs)
+        run_pytest_timed(project, path, [], engine=engine, collect_only=True, quiet=True, packs=packs)
         if not path.is_file():
             print("bindings: pytest could not collect the tests (run `pytest --collect-only` to see why)")
             return 1

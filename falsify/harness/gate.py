@@ -48,35 +48,6 @@ class Ran:
     seconds: float
 
 
-def run_pytest(
-    project: Project,
-    results: Path,
-    args: list[str],
-    *,
-    engine: str,
-    junit: Path | None = None,
-    collect_only: bool = False,
-    quiet: bool = False,
-    env: dict[str, str] | None = None,
-    timeout: float | None = None,
-    packs: tuple[str, ...] = (),
-    test_timeout: float | None = None,
-) -> int:
-    return run_pytest_timed(
-        project,
-        results,
-        args,
-        engine=engine,
-        junit=junit,
-        collect_only=collect_only,
-        quiet=quiet,
-        env=env,
-        timeout=timeout,
-        test_timeout=test_timeout,
-        packs=packs,
-    ).code
-
-
 def run_pytest_timed(
     project: Project,
     results: Path,

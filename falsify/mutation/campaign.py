@@ -23,7 +23,7 @@ from typing import Any
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.loading import check_engine, resolve_engine
 from falsify.harness.command import falsifier_args
-from falsify.harness.gate import lint_project, run_pytest
+from falsify.harness.gate import lint_project, run_pytest_timed
 from falsify.harness.results import Outcome, per_prediction
 from falsify.mutation import executors
 from falsify.project import find_project
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="falsify-campaign-") as tmp:
         collected = Path(tmp) / "collected.json"
-        run_pytest(project, collected, [], engine=engine, collect_only=True, quiet=True)
+        run_pytest_timed(project, collected, [], engine=engine, collect_only=True, quiet=True)
         data = json.loads(collected.read_text(encoding="utf-8")) if collected.is_file() else {}
     bound: dict[str, list[str]] = {}
     for c in data.get("collected", []):
