@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from falsify.errors import FalsifyError
+
 # Never copied: VCS data, caches, virtualenvs, build outputs and our own output directories.
 IGNORE_TOP = {
     ".git",
@@ -67,14 +69,23 @@ OWNER = "owner.pid"  # in each run's directory: the pid of the process that made
 GROUPS = "groups"  # in each run's directory: one process-group id per line, of every child started
 
 
+class ScratchError(FalsifyError):
+    """The scratch root cannot be used (not ours, not a directory, not writable); the message names it."""
+
+
 def scratch_root() -> Path:
     """<tmp>/falsify-scratch-<uid>: made 0700 and checked to be ours, so no one else can plant files in it."""
     root = Path(tempfile.gettempdir()) / f"falsify-scratch-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        root.mkdir(mode=0o700)
-    info = os.lstat(root)
+    try:
+        with contextlib.suppress(FileExistsError):
+            root.mkdir(mode=0o700)
+        info = os.lstat(root)
+    except OSError as exc:
+        raise ScratchError(f"{root}: cannot make the scratch root ({exc.strerror}); set TMPDIR") from None
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise OSError(f"{root} is not a directory owned by this user; refusing to use it for scratch copies")
+        raise ScratchError(
+            f"{root} is not a directory owned by this user; refusing to use it for scratch copies"
+        )
     return root
 
 
