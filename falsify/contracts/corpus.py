@@ -229,6 +229,13 @@ def _display(path: Path) -> str:
         return str(path)
 
 
+def _schema_valid(doc: Located, schema: str, problems: list[Problem]) -> bool:
+    """Whether the document is valid against `schema`; every violation is added to `problems`."""
+    found = _schema_problems(doc, schema)
+    problems.extend(found)
+    return not found
+
+
 def _schema_problems(doc: Located, schema: str) -> list[Problem]:
     # jsonschema alone decides validity (draft 2020-12). A fast path (fastjsonschema) was removed: it ignores
     # 2020-12 keywords such as dependentRequired and so accepted documents this check rejects.
@@ -330,9 +337,7 @@ def _stem_problems(doc: Located, field: str, kind: str) -> list[Problem]:
 
 
 def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
-    found = _schema_problems(doc, "contract-v1")
-    problems.extend(found)
-    if found:
+    if not _schema_valid(doc, "contract-v1", problems):
         return None
     data = doc.data
     stem_problems = _stem_problems(doc, "contract", "contract")
@@ -439,9 +444,7 @@ def _empty_range(decl: dict[str, Any]) -> str | None:
 
 
 def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
-    found = _schema_problems(doc, "mutant-v1")
-    problems.extend(found)
-    if found:
+    if not _schema_valid(doc, "mutant-v1", problems):
         return None
     d = doc.data
     bad_id = _stem_problems(doc, "id", "mutant")

@@ -21,6 +21,7 @@ import binascii
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,31 +55,38 @@ def keyid(public_key: Any) -> str:
 
 def load_private_key(path: Path) -> Any:
     serialization, ed25519 = _crypto()
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise EvidenceError(f"{path}: cannot read the signing key ({exc.strerror})") from None
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
-        raise EvidenceError(f"{path}: not an unencrypted PEM private key ({exc})") from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise EvidenceError(f"{path}: the signing key must be Ed25519, got {type(key).__name__}")
-    return key
+    return _load_key(
+        path,
+        "the signing key",
+        lambda data: serialization.load_pem_private_key(data, password=None),
+        "an unencrypted PEM private key",
+        ed25519.Ed25519PrivateKey,
+    )
 
 
 def load_public_key(path: Path) -> Any:
     serialization, ed25519 = _crypto()
+    return _load_key(
+        path,
+        "the public key",
+        serialization.load_pem_public_key,
+        "a PEM public key",
+        ed25519.Ed25519PublicKey,
+    )
+
+
+def _load_key(path: Path, what: str, parse: Callable[[bytes], Any], form: str, kind: type) -> Any:
+    """The Ed25519 key in a PEM file, or an EvidenceError naming the file and what is wrong with it."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise EvidenceError(f"{path}: cannot read the public key ({exc.strerror})") from None
+        raise EvidenceError(f"{path}: cannot read {what} ({exc.strerror})") from None
     try:
-        key = serialization.load_pem_public_key(data)
+        key = parse(data)
     except (ValueError, TypeError) as exc:
-        raise EvidenceError(f"{path}: not a PEM public key ({exc})") from None
-    if not isinstance(key, ed25519.Ed25519PublicKey):
-        raise EvidenceError(f"{path}: the public key must be Ed25519, got {type(key).__name__}")
+        raise EvidenceError(f"{path}: not {form} ({exc})") from None
+    if not isinstance(key, kind):
+        raise EvidenceError(f"{path}: {what} must be Ed25519, got {type(key).__name__}")
     return key
 
 
