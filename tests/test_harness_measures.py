@@ -24,7 +24,7 @@ TESTS = Path(__file__).resolve().parent
 def _observe(engine, budget: int) -> dict:
     sys.path.insert(0, str(TESTS))
     try:
-        from test_cancel_contract import REPORTED, measured
+        from falsify.packs.serving.falsifiers.test_cancel_contract import REPORTED, measured
     finally:
         sys.path.remove(str(TESTS))
     model = CountingModel(engine.load_model("f32"))

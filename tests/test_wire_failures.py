@@ -1,6 +1,6 @@
 """A wire engine that crashes, hangs, sends a line that is not JSON or is 100 MB long, or speaks another protocol
 version: each is a named ERROR row for the predictions it touches and a non-zero gate exit, within the timeout,
-never a hang and never a PASS. The gate runs the cancellation contract's falsifiers (tests/test_cancel_contract.py
+never a hang and never a PASS. The gate runs the cancellation contract's falsifiers (falsify/packs/serving/falsifiers/test_cancel_contract.py
 through `-k`) against tests/fixtures/wire/bad_engine.py."""
 
 from __future__ import annotations

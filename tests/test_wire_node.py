@@ -22,7 +22,15 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="node (Node.js 20) is not o
 def run(engine: Path, results: Path) -> tuple[int, dict[str, dict[str, object]]]:
     env = os.environ.copy()
     env.update(PYTHONPATH=str(ROOT), HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cancel_contract.py"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "falsify/packs/serving/falsifiers/test_cancel_contract.py",
+    ]
     cmd += ["--engine", f"exec:{NODE} {engine}", "--falsify-results", str(results)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     tests = json.loads(results.read_text(encoding="utf-8"))["tests"]

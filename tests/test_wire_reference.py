@@ -19,7 +19,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVE = f"{sys.executable} -m reference.serve"
-FILES = ("tests/test_cancel_contract.py", "tests/test_prefill_steps.py")  # generate; prefill (and state)
+FILES = (
+    "falsify/packs/serving/falsifiers/test_cancel_contract.py",
+    "falsify/packs/serving/falsifiers/test_prefill_steps.py",
+)  # generate; prefill (and state)
 
 
 def env() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Falsifiers of contracts/gated-delta-net-v1.yaml. Everything comes from the `engine` fixture."""
+"""Falsifiers of falsify/packs/gdn/contracts/gated-delta-net-v1.yaml. Everything comes from the `engine` fixture."""
 
 from __future__ import annotations
 

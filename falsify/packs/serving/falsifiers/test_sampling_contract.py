@@ -1,4 +1,4 @@
-"""Falsifiers of contract apr-serve-sampling-v1 (contracts/apr-serve-sampling-v1.yaml).
+"""Falsifiers of contract apr-serve-sampling-v1 (falsify/packs/serving/contracts/apr-serve-sampling-v1.yaml).
 
 The analytic distribution is computed here, from the logits alone: Python's sort on (-logit, id), exp in float64,
 sums with math.fsum. The engine is reached only through `engine.sampler(...)`: its `pick(logits, u)` is probed

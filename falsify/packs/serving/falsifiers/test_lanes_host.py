@@ -26,10 +26,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from hypothesis.statistics import collector, describe_statistics
-from lane_probe import LaneProbe
 
 import falsify
 from falsify.harness.instruments import CountingModel
+from falsify.packs.serving.falsifiers.lane_probe import LaneProbe
 
 PAGE_SIZE = 16
 

@@ -2,7 +2,7 @@
 (FALSIFY-SERVE-PREFILL-012..016, the host's versions of CANCEL-001..004 and -010), rounds at full capacity (017)
 and several prompts prefilling at once (018).
 
-Polls and forwards are counted by the harness (tests/lane_probe.py: a CountingModel proxy under the host and a
+Polls and forwards are counted by the harness (falsify/packs/serving/falsifiers/lane_probe.py: a CountingModel proxy under the host and a
 logged CountingCancel per stream), never read from the host's own stats. Every formula lives in the YAML.
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from lane_probe import LaneProbe, StreamMeasure
 
 import falsify
+from falsify.packs.serving.falsifiers.lane_probe import LaneProbe, StreamMeasure
 
 PAGE_SIZE = 16
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))

@@ -1,4 +1,4 @@
-"""Falsifiers of contract apr-serve-cancellation-v1 (contracts/apr-serve-cancellation-v1.yaml).
+"""Falsifiers of contract apr-serve-cancellation-v1 (falsify/packs/serving/contracts/apr-serve-cancellation-v1.yaml).
 
 The engine comes from the `engine` fixture (`engine.load_model("f32")`, `engine.session(model)`); what is judged
 comes from the harness (falsify/harness/instruments.py): the session runs on a `CountingModel` proxy of the

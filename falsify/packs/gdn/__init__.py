@@ -1,0 +1,1 @@
+"""Pack `gdn`: Gated DeltaNet: chunked = recurrent kernels, causality, split calls = one call."""

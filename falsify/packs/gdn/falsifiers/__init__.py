@@ -1,0 +1,1 @@
+"""The `gdn` pack's falsifiers: engine-neutral, they reach the engine only through the `engine` fixture."""

@@ -1,0 +1,1 @@
+"""Pack `serving`: Serving: cancellation, stepped prefill and the lane host, sampling."""

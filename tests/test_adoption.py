@@ -1,0 +1,192 @@
+"""falsify as an engine team adopts it: the harness wheel built from this checkout, installed (not editable) into a
+fresh virtualenv outside the repository, used in a new empty git repository.
+
+The virtualenv borrows only third-party dependencies (numpy, pytest, hypothesis, ...) from the interpreter running
+this test, through a .pth line naming its site-packages (a plain path line: the editable install of this checkout
+that lives there is never activated); falsify itself comes from the wheel, and `reference` is not importable.
+Building the wheel needs setuptools from the package index (pip's build isolation), as `tox` itself does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# What the wheel is built from: the harness distribution's own files (pyproject's package list does the rest).
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "falsify")
+
+
+def run(
+    cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """(the fresh venv's bin directory, an environment that uses it and nothing of this checkout)."""
+    base = tmp_path_factory.mktemp("adoption")
+    src = base / "src"
+    src.mkdir()
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(path, src / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "FALSIFY_", "VIRTUAL_ENV"))}
+    env.update(PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", HOME=str(base / "home"))
+    env.pop("CI", None)
+    built = run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(src)],
+        base,
+        {**os.environ},
+    )
+    if built.returncode != 0:
+        pytest.fail(f"building the wheel failed:\n{built.stdout[-2000:]}\n{built.stderr[-2000:]}")
+    (wheel,) = (base / "dist").glob("falsify_harness-*.whl")
+    venv = base / "venv"
+    made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], base, env)
+    assert made.returncode == 0, made.stderr
+    python = venv / "bin" / "python"
+    purelib = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], base, env)
+    borrowed = [p for p in {*site.getsitepackages(), sysconfig.get_paths()["purelib"]} if Path(p).is_dir()]
+    Path(purelib.stdout.strip(), "borrowed-dependencies.pth").write_text("\n".join(sorted(borrowed)) + "\n")
+    pip = run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            str(wheel),
+        ],
+        base,
+        env,
+    )
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
+    return venv / "bin", env
+
+
+def test_the_wheel_installs_no_reference_and_ships_its_data(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    bin_dir, env = installed
+    probe = run(
+        [
+            str(bin_dir / "python"),
+            "-c",
+            "import importlib.util, falsify, falsify.contracts.packs as p; "
+            "print(falsify.__file__); print(importlib.util.find_spec('reference')); print(' '.join(p.available()))",
+        ],
+        tmp_path,
+        env,
+    )
+    assert probe.returncode == 0, probe.stderr
+    where, reference, packs = probe.stdout.splitlines()
+    assert "site-packages" in where and str(ROOT) not in where
+    assert reference == "None"
+    assert "serving" in packs.split()
+    version = run([str(bin_dir / "falsify"), "--version"], tmp_path, env)
+    assert version.returncode == 0 and version.stdout.startswith("falsify ")
+
+
+def test_init_then_lint_gate_mutants_in_a_new_repository(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    bin_dir, env = installed
+    falsify = str(bin_dir / "falsify")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    assert run(["git", "init", "-q"], repo, env).returncode == 0
+    nothing = run([falsify, "gate"], repo, env)
+    assert nothing.returncode == 2 and "no pyproject.toml with [tool.falsify]" in nothing.stderr
+    for step in (["init"], ["lint"], ["gate"], ["mutants"]):
+        done = run([falsify, *step], repo, env)
+        assert done.returncode == 0, (
+            f"falsify {' '.join(step)}:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
+        )
+    assert "gate: PASS — 1 contracts, 1 predictions (1 pass" in run([falsify, "gate"], repo, env).stdout
+    missing = run([falsify, "gate", "--engine", "nosuch"], repo, env)
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert len(missing.stderr.splitlines()) == 1 and "unknown engine 'nosuch'" in missing.stderr
+
+
+def test_the_serving_pack_judges_a_toy_engine_and_its_buggy_twin(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """`falsify gate --pack serving --engine <module in the repo>`: green on a correct toy engine, red on the same
+    engine with its cancel poll moved after the forward."""
+    bin_dir, env = installed
+    falsify = str(bin_dir / "falsify")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    assert run(["git", "init", "-q"], repo, env).returncode == 0
+    assert run([falsify, "init"], repo, env).returncode == 0
+    good = (repo / "example_engine" / "engine.py").read_text()
+    poll = '            if cancel.is_cancelled():\n                run.stop_reason = "cancelled"\n                break\n'
+    forward = "            logits = self.next_logits(prompt, run, state)\n"
+    assert good.count(poll + forward) == 1, "the example engine's loop changed: update this test's edit"
+    (repo / "toy_engine.py").write_text(good)
+    (repo / "buggy_engine.py").write_text(good.replace(poll + forward, forward + poll))
+
+    green = run(
+        [falsify, "gate", "--pack", "serving", "--engine", "toy_engine:make_engine", "--out", "g"], repo, env
+    )
+    assert green.returncode == 0, green.stdout[-4000:] + green.stderr[-2000:]
+    assert "FALSIFY-SERVE-CANCEL-002" in green.stdout and "FALSIFY-SERVE-PREFILL-001" in green.stdout
+    assert "gate: PASS" in green.stdout
+
+    red = run(
+        [falsify, "gate", "--pack", "serving", "--engine", "buggy_engine:make_engine", "--out", "r"],
+        repo,
+        env,
+    )
+    assert red.returncode == 1, red.stdout[-4000:] + red.stderr[-2000:]
+    rows = {
+        line.split()[0]: line.split()[2] for line in red.stdout.splitlines() if line.startswith("FALSIFY-")
+    }
+    assert rows["FALSIFY-SERVE-CANCEL-002"] == "FAIL"
+    assert rows["FALSIFY-SERVE-PREFILL-001"] == "PASS"  # the prefill half is unchanged by the planted bug
+    assert "gate: FAIL" in red.stdout
+
+
+def test_a_plain_pytest_project_keeps_its_hypothesis_profile_under_ci(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """The plugin is installed (entry point) but the project has no [tool.falsify]: nothing changes."""
+    bin_dir, env = installed
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "plain"\n[tool.pytest.ini_options]\n')
+    (tmp_path / "conftest.py").write_text(
+        "from hypothesis import settings\n"
+        "settings.register_profile('mine', max_examples=7)\n"
+        "settings.load_profile('mine')\n"
+    )
+    (tmp_path / "test_plain.py").write_text(
+        "from hypothesis import settings\n\n"
+        "def test_profile(request):\n"
+        "    assert settings.default.max_examples == 7\n"
+        "    assert 'engine' not in request.fixturenames\n"
+        "    assert request.config.pluginmanager.get_plugin('falsify-core') is None\n"
+        "    assert request.config.pluginmanager.get_plugin('falsify') is not None  # installed, and polite\n"
+    )
+    done = run(
+        [str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        tmp_path,
+        {**env, "CI": "true"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "1 passed" in done.stdout
