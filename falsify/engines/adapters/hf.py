@@ -36,7 +36,7 @@ import torch
 import transformers
 from transformers.generation.streamers import BaseStreamer
 
-from falsify.engines.adapters.arguments import generate_arguments, token_ids
+from falsify.engines.adapters.generate import generate_arguments, run_record, token_ids
 from falsify.engines.protocol import RunRecord
 from reference.prefill import Prefill
 
@@ -334,23 +334,16 @@ class HFSession:
         decode = [c for c in meter.calls if c[1] > 0 and c[0] == 1]
         if len(prefill) + len(decode) != len(meter.calls):
             raise RuntimeError(f"HF generate made forward calls the adapter cannot classify: {meter.calls}")
-        if tokens and tokens[-1] in stops:
-            reason = "stop_token"
-        elif len(tokens) >= max_tokens:
-            reason = "max_tokens"
-        else:
-            reason = "cancelled"
-        return RunRecord(
-            tokens=tuple(tokens),
-            emitted=len(tokens),
-            decode_forwards=len(decode),
-            prefill_forwards=len(prefill),
+        # every forward's logits go through token selection; one that produced no token in the output was wasted
+        return run_record(
+            tokens,
+            prefill,
+            decode,
+            forwards=len(meter.calls),
             polls=cancel.polls - polls_before,
-            positions=tuple(start for _, start in decode),
-            # every forward's logits go through token selection; one that produced no token in the output was wasted
-            wasted_forwards=len(meter.calls) - len(tokens),
-            stop_reason=reason,
             prompt_len=len(ids),
+            stops=stops,
+            max_tokens=max_tokens,
         )
 
 

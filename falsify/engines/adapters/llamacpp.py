@@ -34,7 +34,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ import llama_cpp
 import llama_cpp.llama_cpp as C
 import numpy as np
 
-from falsify.engines.adapters.arguments import generate_arguments, token_ids
+from falsify.engines.adapters.generate import generate_arguments, run_record, token_ids
 from falsify.engines.protocol import RunRecord
 from reference.prefill import Prefill
 
@@ -419,25 +419,21 @@ class LlamaCppSession:
             del llama.eval  # the class's own eval again
             if abort_cb is not None:
                 C.llama_set_abort_callback(self.model.ctx, C.ggml_abort_callback(), None)  # NULL: no callback
-        if tokens and tokens[-1] in stops:
-            reason = "stop_token"
-        elif len(tokens) >= max_tokens:
-            reason = "max_tokens"
-        else:
-            reason = "cancelled"
         prefill = [c for c in calls if c[1] < len(ids)]
         decode = [c for c in calls if c[1] >= len(ids)]
-        return LlamaCppRun(
-            tokens=tuple(tokens),
-            emitted=len(tokens),
-            decode_forwards=len(decode),
-            prefill_forwards=len(prefill),
+        # an aborted decode was started and its work thrown away: it counts as a forward that produced nothing
+        record = run_record(
+            tokens,
+            prefill,
+            decode,
+            forwards=len(calls),
             polls=cancel.polls - polls_before,
-            positions=tuple(start for _, start in decode),
-            # an aborted decode was started and its work thrown away: it counts as a forward that produced nothing
-            wasted_forwards=len(calls) - len(tokens),
-            stop_reason=reason,
             prompt_len=len(ids),
+            stops=stops,
+            max_tokens=max_tokens,
+        )
+        return LlamaCppRun(
+            **asdict(record),
             aborted_decodes=aborted,
             kept_after_abort=kept_after_abort,
         )

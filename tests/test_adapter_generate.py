@@ -1,4 +1,4 @@
-"""falsify.engines.adapters.arguments: the checks the HF and llama.cpp adapters share, one named error each."""
+"""falsify.engines.adapters.generate: the checks the HF and llama.cpp adapters share, one named error each."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from falsify.engines.adapters.arguments import generate_arguments, token_ids
+from falsify.engines.adapters.generate import generate_arguments, run_record, token_ids
 from falsify.harness.instruments import CountingCancel
 
 
@@ -51,3 +51,21 @@ def test_good_arguments_come_back_as_plain_ints_with_the_callers_token() -> None
     _, _, default = generate_arguments([1], 1, (), None, None, vocab=10, positions=4)
     assert [default.is_cancelled() for _ in range(3)] == [False] * 3  # no token: one that never cancels
     assert token_ids([], "prompt", 10) == []
+
+
+def test_the_run_record_counts_the_forwards_it_is_given() -> None:
+    prefill, decode = [(5, 0)], [(1, 5), (1, 6)]  # (tokens fed, start position)
+    run = run_record([7, 8, 9], prefill, decode, forwards=4, polls=3, prompt_len=5, stops=(), max_tokens=3)
+    assert (run.tokens, run.emitted, run.prefill_forwards, run.decode_forwards) == ((7, 8, 9), 3, 1, 2)
+    assert (run.positions, run.wasted_forwards, run.polls, run.prompt_len) == ((5, 6), 1, 3, 5)
+    assert run.stop_reason == "max_tokens"
+    assert (
+        run_record(
+            [7, 2], prefill, decode[:1], forwards=2, polls=2, prompt_len=5, stops=[2], max_tokens=2
+        ).stop_reason
+        == "stop_token"
+    )
+    assert (
+        run_record([7], prefill, [], forwards=2, polls=2, prompt_len=5, stops=[2], max_tokens=3).stop_reason
+        == "cancelled"
+    )

@@ -1,5 +1,6 @@
-"""The Session protocol's arguments as every adapter over another library checks them before calling it: one
-clear ValueError naming the argument, never an error from deep inside torch or llama.cpp."""
+"""What the adapters over other libraries (hf, llamacpp) share around one `generate` call: its arguments checked
+before the library sees them (one clear ValueError naming the argument, never an error from deep inside torch or
+llama.cpp), and its run record built from the forwards the adapter measured."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from falsify.engines.protocol import RunRecord
 
 
 def token_ids(tokens: Any, what: str, vocab: int) -> list[int]:
@@ -59,3 +62,36 @@ def generate_arguments(
             f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
         )
     return ids, stops, cancel
+
+
+def run_record(
+    tokens: Sequence[int],
+    prefill: Sequence[tuple[int, int]],
+    decode: Sequence[tuple[int, int]],
+    *,
+    forwards: int,
+    polls: int,
+    prompt_len: int,
+    stops: Iterable[int],
+    max_tokens: int,
+) -> RunRecord:
+    """The run record of one generate call. prefill, decode: the adapter's (tokens fed, start position) of each
+    forward on the prompt and on an emitted token; forwards: every forward started, so the ones whose logits
+    produced no emitted token count as wasted."""
+    if tokens and tokens[-1] in set(stops):
+        reason = "stop_token"
+    elif len(tokens) >= max_tokens:
+        reason = "max_tokens"
+    else:
+        reason = "cancelled"
+    return RunRecord(
+        tokens=tuple(tokens),
+        emitted=len(tokens),
+        decode_forwards=len(decode),
+        prefill_forwards=len(prefill),
+        polls=polls,
+        positions=tuple(start for _, start in decode),
+        wasted_forwards=forwards - len(tokens),
+        stop_reason=reason,
+        prompt_len=prompt_len,
+    )
