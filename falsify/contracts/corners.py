@@ -29,8 +29,13 @@ def corners_of(formula: Formula, decls: Mapping[str, Mapping[str, Any]]) -> dict
     ints: set[int] = set()
     floats: set[float] = {0.0, 1.0, -1.0, 0.5, 1e-9, 1e9, -1e9}
     strs: set[str] = {"", "x"}
-    for node in ast.walk(formula.tree.body):
-        v = _constant(node)
+    nodes = list(ast.walk(formula.tree.body))  # parents before children
+    named: set[int] = set()  # sub-expressions that name something or call something
+    for node in reversed(nodes):
+        if isinstance(node, ast.Name | ast.Call) or any(id(c) in named for c in ast.iter_child_nodes(node)):
+            named.add(id(node))
+    for node in nodes:
+        v = None if id(node) in named else _constant(node)
         if v is not None:
             if isinstance(v, bool) or v is None:
                 continue
@@ -131,7 +136,7 @@ def _constant(node: ast.AST) -> Any:
     """The value of a sub-expression that names nothing (`2**31 + 1`), so its neighbours become corners."""
     if isinstance(node, ast.Constant):
         return node.value
-    if not isinstance(node, ast.expr) or any(isinstance(n, ast.Name | ast.Call) for n in ast.walk(node)):
+    if not isinstance(node, ast.expr):
         return None
     try:
         return Formula("", ast.Expression(node), ()).evaluate({}, budget=BUDGET)

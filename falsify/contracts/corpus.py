@@ -306,25 +306,39 @@ def _formula(
         )
         return None
     where = (doc.file, doc.line(path), format_path(path))
-    cost = check_cost(formula, decls)
-    if cost:
-        problems.extend(Problem(*where, message, "formula-cost") for message in cost)
+    found = _judge(formula, {n: decls[n] for n in formula.names}, budget)
+    if found:
+        problems.extend(Problem(*where, message, rule) for rule, message in found)
         return None
-    kinds = result_kinds(formula, decls)
-    if "bool" not in kinds:
-        problems.append(
-            Problem(*where, f"gives {'/'.join(sorted(kinds))}, never true or false", "formula-type")
-        )
-        return None
-    if budget is not None:
+    return formula
+
+
+_JUDGED: dict[tuple[str, str, bool], list[tuple[str, str]]] = {}  # formulas repeat across contracts
+
+
+def _judge(formula: Formula, decls: dict[str, Any], budget: Budget | None) -> list[tuple[str, str]]:
+    """(rule, message) of every static problem of the formula given its names' declarations: the cost bound, the
+    result type and (with a budget) the cannot-fail rule. Cached by source and declarations: the same formula
+    over the same declarations gets the same verdict, and costs no budget the second time."""
+    key = (formula.source, json.dumps(decls, sort_keys=True, default=repr), budget is not None)
+    if key in _JUDGED:
+        return _JUDGED[key]
+    found = [("formula-cost", message) for message in check_cost(formula, decls)]
+    if not found:
+        kinds = result_kinds(formula, decls)
+        if "bool" not in kinds:
+            found.append(("formula-type", f"gives {'/'.join(sorted(kinds))}, never true or false"))
+    if not found and budget is not None:
         try:
             why = cannot_fail(formula, decls, budget)
         except NotJudged as exc:
-            why = f"{exc}; split the contract"
+            return [("cannot-fail", f"{exc}; split the contract")]  # not cached: another file has budget left
         if why:
-            problems.append(Problem(*where, why, "cannot-fail"))
-            return None
-    return formula
+            found.append(("cannot-fail", why))
+    if len(_JUDGED) > 8192:
+        _JUDGED.clear()
+    _JUDGED[key] = found
+    return found
 
 
 def _stem_problems(doc: Located, field: str, kind: str) -> list[Problem]:
