@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+import falsify
 from falsify.harness.instruments import CountingCancel, CountingModel
 
 
@@ -190,3 +191,36 @@ class LaneProbe:
             chunks.append(len(mine))
             fed.append(sum(len(calls[g].tokens) for g in mine))
         return chunks, fed, max((len(r.prefilling) for r in self.rounds), default=0)
+
+
+def observe(pid: str, m: StreamMeasure, budget: int | None, max_tokens: int) -> None:
+    """Check `pid` on one stream when the stream is in its domain (012, 014-016: cancelled by its own token)."""
+    bounds = {"max_tokens": max_tokens, **({} if budget is None else {"n": budget})}
+    cancelled = budget is not None and budget < max_tokens
+    if pid == "FALSIFY-SERVE-PREFILL-013":
+        falsify.check(
+            pid,
+            polls_before_decode=m.polls_before_decode,
+            polls_before_prefill=m.polls_before_prefill,
+            measured_decode_forwards=m.decode_forwards,
+            measured_prefill_forwards=m.prefill_forwards,
+            decode_positions=m.decode_positions,
+            stream_prompt_len=m.prompt_len,
+            emitted=m.emitted,
+            **bounds,
+        )
+    elif pid == "FALSIFY-SERVE-PREFILL-012" and cancelled and budget:
+        falsify.check(pid, emitted=m.emitted, **bounds)
+    elif pid == "FALSIFY-SERVE-PREFILL-014" and cancelled:
+        falsify.check(pid, host_polls=m.host_polls, emitted=m.emitted, **bounds)
+    elif pid == "FALSIFY-SERVE-PREFILL-015" and cancelled and budget == 0:
+        falsify.check(
+            pid,
+            emitted=m.emitted,
+            measured_prefill_forwards=m.prefill_forwards,
+            measured_decode_forwards=m.decode_forwards,
+            host_polls=m.host_polls,
+            max_tokens=max_tokens,
+        )
+    elif pid == "FALSIFY-SERVE-PREFILL-016" and cancelled:
+        falsify.check(pid, wasted_forwards=m.wasted_forwards, n=budget)

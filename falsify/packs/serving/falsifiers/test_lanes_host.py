@@ -29,7 +29,7 @@ from hypothesis.statistics import collector, describe_statistics
 
 import falsify
 from falsify.harness.instruments import CountingModel
-from falsify.packs.serving.falsifiers.lane_probe import LaneProbe
+from falsify.packs.serving.falsifiers.lane_probe import LaneProbe, observe
 
 PAGE_SIZE = 16
 
@@ -336,21 +336,11 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
         def own_tokens(self) -> None:
             for sid, (_, k, budget) in self.jobs.items():
                 m = self.probe.stream(sid)
-                bounds = {"max_tokens": k, **({} if budget is None else {"n": budget})}
-                falsify.check(
-                    "FALSIFY-SERVE-PREFILL-013",
-                    polls_before_decode=m.polls_before_decode,
-                    polls_before_prefill=m.polls_before_prefill,
-                    measured_decode_forwards=m.decode_forwards,
-                    measured_prefill_forwards=m.prefill_forwards,
-                    decode_positions=m.decode_positions,
-                    stream_prompt_len=m.prompt_len,
-                    emitted=m.emitted,
-                    **bounds,
-                )
+                observe("FALSIFY-SERVE-PREFILL-013", m, budget, k)
                 answers = self.probe.tokens[sid].answers
                 if budget is not None and answers and answers[-1]:  # stopped by its own token
                     self.reach(OWN_TOKEN_STOP)
+                    bounds = {"max_tokens": k, "n": budget}
                     falsify.check(
                         "FALSIFY-SERVE-PREFILL-014", host_polls=m.host_polls, emitted=m.emitted, **bounds
                     )

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import falsify
-from falsify.packs.serving.falsifiers.lane_probe import LaneProbe, StreamMeasure
+from falsify.packs.serving.falsifiers.lane_probe import LaneProbe, StreamMeasure, observe
 
 PAGE_SIZE = 16
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
@@ -31,39 +31,6 @@ def prompt_for(model: Any, first: int, n: int, seed: int) -> list[int]:
     """n tokens starting with `first` (the probe tells streams apart by their first token)."""
     rest = np.random.default_rng(seed).integers(0, model.config.vocab_size, max(n - 1, 0))
     return [first % model.config.vocab_size, *(int(t) for t in rest)]
-
-
-def observe(pid: str, m: StreamMeasure, budget: int | None, max_tokens: int) -> None:
-    """Check `pid` on one stream when the stream is in its domain (012, 014-016: cancelled by its own token)."""
-    bounds = {"max_tokens": max_tokens, **({} if budget is None else {"n": budget})}
-    cancelled = budget is not None and budget < max_tokens
-    if pid == "FALSIFY-SERVE-PREFILL-013":
-        falsify.check(
-            pid,
-            polls_before_decode=m.polls_before_decode,
-            polls_before_prefill=m.polls_before_prefill,
-            measured_decode_forwards=m.decode_forwards,
-            measured_prefill_forwards=m.prefill_forwards,
-            decode_positions=m.decode_positions,
-            stream_prompt_len=m.prompt_len,
-            emitted=m.emitted,
-            **bounds,
-        )
-    elif pid == "FALSIFY-SERVE-PREFILL-012" and cancelled and budget:
-        falsify.check(pid, emitted=m.emitted, **bounds)
-    elif pid == "FALSIFY-SERVE-PREFILL-014" and cancelled:
-        falsify.check(pid, host_polls=m.host_polls, emitted=m.emitted, **bounds)
-    elif pid == "FALSIFY-SERVE-PREFILL-015" and cancelled and budget == 0:
-        falsify.check(
-            pid,
-            emitted=m.emitted,
-            measured_prefill_forwards=m.prefill_forwards,
-            measured_decode_forwards=m.decode_forwards,
-            host_polls=m.host_polls,
-            max_tokens=max_tokens,
-        )
-    elif pid == "FALSIFY-SERVE-PREFILL-016" and cancelled:
-        falsify.check(pid, wasted_forwards=m.wasted_forwards, n=budget)
 
 
 HOST_CANCEL = [f"FALSIFY-SERVE-PREFILL-{i:03d}" for i in (12, 13, 14, 15, 16)]
