@@ -190,3 +190,45 @@ def test_a_plain_pytest_project_keeps_its_hypothesis_profile_under_ci(
     )
     assert done.returncode == 0, done.stdout[-3000:]
     assert "1 passed" in done.stdout
+
+
+def test_the_reference_engine_is_its_own_opt_in_distribution(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """packaging/reference builds falsify-harness-reference (the top-level `reference` package and nothing else);
+    installed next to the harness in another fresh venv, `--engine reference` loads and conforms."""
+    bin_dir, env = installed
+    src = tmp_path / "src"
+    shutil.copytree(
+        ROOT / "reference", src / "reference", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    shutil.copytree(ROOT / "packaging" / "reference", src / "packaging" / "reference")
+    built = run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), "."],
+        src / "packaging" / "reference",
+        {**os.environ},
+    )
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("falsify_harness_reference-*.whl")
+    import zipfile
+
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {"reference", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
+    harness = next((bin_dir.parent.parent / "dist").glob("falsify_harness-*.whl"))
+    venv = tmp_path / "venv"
+    assert run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, env).returncode == 0
+    python = venv / "bin" / "python"
+    purelib = run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path, env
+    )
+    borrowed = (bin_dir.parent / "lib").glob("python*/site-packages/borrowed-dependencies.pth")
+    shutil.copy2(next(borrowed), Path(purelib.stdout.strip()) / "borrowed-dependencies.pth")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q"]
+    assert run([*pip, str(harness), str(wheel)], tmp_path, env).returncode == 0
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text('[tool.falsify]\nengine = "reference"\n')
+    check = run([str(venv / "bin" / "falsify"), "engine", "check"], repo, env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "engine check: reference (name 'reference')" in check.stdout
+    assert "claimed without their methods" in check.stdout and ", 0 claimed without" in check.stdout
