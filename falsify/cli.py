@@ -45,7 +45,7 @@ HELP = {
     "engine": "engine check: load the engine under test and print its capability conformance table",
     "packs": "list the built-in contract packs",
     "mutants": "apply each semantic mutant in a scratch copy; every one must be killed",
-    "mutmut": "run mutmut over the engine's sources in a scratch copy; fail above the survivor budget",
+    "mutmut": "run mutmut over the engine's sources in a scratch copy; fail below the kill-rate floor or on an unlisted survivor",
     "campaign": "run chosen predictions' falsifiers under the thorough profile, sharded by prediction and seed",
     "evidence": "write a release evidence bundle (in-toto statements, reports)",
     "verify": "recompute an evidence bundle's digests against this tree",

@@ -106,3 +106,15 @@ def test_polls_are_counted_exactly_across_threads() -> None:
     for w in workers:
         w.join()
     assert token.polls == per_thread * threads
+
+
+def test_repr_shows_kind_budget_polls_and_cancel() -> None:
+    assert repr(CancelToken.never()) == "CancelToken.never()"
+    token = CancelToken.with_budget(3)
+    token.is_cancelled()
+    assert repr(token) == "CancelToken(budget=3, polls=1, cancelled=False)"
+    plain = CancelToken()
+    plain.cancel()
+    assert repr(plain) == "CancelToken(polls=0, cancelled=True)"
+    with pytest.raises(ValueError, match=r"^CancelToken\.never\(\) cannot be cancelled; use CancelToken\(\)"):
+        CancelToken.never().cancel()

@@ -8,6 +8,7 @@ run the real model.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -286,3 +287,18 @@ TestLaneMachine = LaneMachine.TestCase
 TestLaneMachine.settings = settings(
     max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+def test_state_digest_and_bytes_before_and_after_release() -> None:
+    host = LaneHost(Toy(), chunk_cap=4, pages=8, page_size=8, max_streams=2)
+    a = host.submit(prompt_of(6, 2), 3)
+    host.round()
+    live = host.state_bytes(a)
+    assert host.state_digest(a) == hashlib.sha256(live).hexdigest()
+    host.run()
+    assert host.stats(a).phase is Phase.DONE
+    # The digest outlives the lane: it is the released state's, kept when the lane was freed.
+    done = host.state_digest(a)
+    assert len(done) == 64 and done != hashlib.sha256(live).hexdigest()
+    with pytest.raises(StreamError, match="state_bytes: stream 0 is done; its lane was released"):
+        host.state_bytes(a)

@@ -1,5 +1,6 @@
-"""`falsify mutmut`: configuration, --since function selection, the budget verdict, and one real mutmut run on
-the toy project (tests/fixtures/mutants/toy), whose own mutants/ directory collides with mutmut's."""
+"""`falsify mutmut`: configuration, the baseline file, --since function selection, the verdict (kill-rate floor,
+survivors the baseline does not list), and one real mutmut run on the toy project (tests/fixtures/mutants/toy),
+whose own mutants/ directory collides with mutmut's."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ import jsonschema
 import pytest
 
 from falsify.mutation.mutmut import (
+    Baseline,
+    BaselineEntry,
     MutmutConfig,
     MutmutError,
     MutmutMutant,
     MutmutRun,
     changed_lines,
     function_patterns,
+    read_baseline,
     read_config,
+    render_baseline,
     verdict,
 )
 from falsify.project import Project
@@ -57,11 +62,13 @@ def test_config_values_are_read(tmp_path: Path) -> None:
     config = read_config(
         project_with(
             tmp_path,
-            'survivor_budget = 7\npaths = ["reference/session.py"]\n'
+            'kill_rate_floor = 90\nbaseline = "b.toml"\npaths = ["reference/session.py"]\n'
             'tests = ["tests/test_session_unit.py"]\ntimeout = 60\n',
         )
     )
-    assert config == MutmutConfig(7, ("reference/session.py",), ("tests/test_session_unit.py",), 60.0)
+    assert config == MutmutConfig(
+        90.0, "b.toml", ("reference/session.py",), ("tests/test_session_unit.py",), 60.0
+    )
     config = read_config(project_with(tmp_path, 'paths = ["a.py"]\npytest_args = ["-k", "not slow"]\n'))
     assert config.pytest_args == ("-k", "not slow")
 
@@ -69,8 +76,10 @@ def test_config_values_are_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ("survivor_budget = -1\n", "survivor_budget must be an int >= 0, got -1"),
-        ('survivor_budget = "ten"\n', "survivor_budget must be an int >= 0"),
+        ("kill_rate_floor = 101\n", "kill_rate_floor must be a percentage in [0, 100], got 101"),
+        ('kill_rate_floor = "ninety"\n', "kill_rate_floor must be a percentage in [0, 100]"),
+        ("survivor_budget = 7\n", "survivor_budget is gone: set kill_rate_floor"),
+        ("baseline = 3\n", "baseline must be a path relative to the project root"),
         ("paths = []\n", "paths must be a non-empty list of paths"),
         ("timeout = 0\n", "timeout must be a number of seconds > 0"),
         ("budget = 3\n", "unknown key(s) budget"),
@@ -80,6 +89,67 @@ def test_config_values_are_read(tmp_path: Path) -> None:
 def test_bad_config_is_a_one_line_error(tmp_path: Path, table: str, message: str) -> None:
     with pytest.raises(MutmutError, match=r"pyproject\.toml: \[tool\.falsify\.mutmut\]") as info:
         read_config(project_with(tmp_path, table))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+BASELINE = """
+[[equivalent]]
+mutant = "reference.m.x_a__mutmut_1"
+where = "reference/m.py:2"
+original = "return x"
+mutated = "return x * 1.0"
+reason = "x is a float32 array: * 1.0 changes no bit"
+
+[[survivor]]
+mutant = "reference.m.x_a__mutmut_2"
+original = "return x"
+mutated = "return None"
+"""
+
+
+def test_baseline_is_read_and_absent_means_empty(tmp_path: Path) -> None:
+    project = project_with(tmp_path, "")
+    assert read_baseline(project, MutmutConfig()) == Baseline("mutmut-baseline.toml")
+    (tmp_path / "mutmut-baseline.toml").write_text(BASELINE, encoding="utf-8")
+    baseline = read_baseline(project, MutmutConfig())
+    assert baseline.equivalent == (
+        BaselineEntry(
+            "reference.m.x_a__mutmut_1",
+            "return x",
+            "return x * 1.0",
+            "reference/m.py:2",
+            "x is a float32 array: * 1.0 changes no bit",
+        ),
+    )
+    assert [e.mutant for e in baseline.survivors] == ["reference.m.x_a__mutmut_2"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            BASELINE.replace('reason = "x is a float32 array: * 1.0 changes no bit"', ""),
+            "needs a non-empty string 'reason'",
+        ),
+        (
+            BASELINE.replace('mutated = "return None"', ""),
+            "[[survivor]] #1 needs a string 'mutated'",
+        ),
+        (
+            BASELINE
+            + "\n[[survivor]]\nmutant = 'reference.m.x_a__mutmut_1'\noriginal = 'x'\nmutated = 'y'\n",
+            "listed more than once",
+        ),
+        (BASELINE + "\n[other]\nx = 1\n", "unknown table(s) other"),
+        (BASELINE.replace("[[survivor]]\n", "[[survivor]]\nline = 3\n"), "unknown key(s) line"),
+        ("[[survivor]\n", "mutmut-baseline.toml"),
+    ],
+)
+def test_bad_baseline_is_a_one_line_error(tmp_path: Path, text: str, message: str) -> None:
+    project = project_with(tmp_path, "")
+    (tmp_path / "mutmut-baseline.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(MutmutError) as info:
+        read_baseline(project, MutmutConfig())
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -106,20 +176,69 @@ def test_since_selects_the_changed_functions_only(tmp_path: Path) -> None:
         changed_lines(tmp_path, "no-such-ref", ["reference/m.py"])
 
 
-def _run(budget: int, statuses: list[str]) -> MutmutRun:
-    run = MutmutRun(MutmutConfig(survivor_budget=budget), ["reference/m.py"])
+def _run(floor: float, statuses: list[str], baseline: Baseline | None = None) -> MutmutRun:
+    run = MutmutRun(MutmutConfig(kill_rate_floor=floor), ["reference/m.py"])
     run.mutants = [
-        MutmutMutant(f"reference.m.x_a__mutmut_{i}", "reference/m.py", s) for i, s in enumerate(statuses)
+        MutmutMutant(f"reference.m.x_a__mutmut_{i}", "reference/m.py", s, i + 1, "return x", f"mutated {i}")
+        for i, s in enumerate(statuses)
     ]
+    if baseline is not None:
+        run.baseline = baseline
     return run
 
 
-def test_verdict_counts_survivors_and_uncovered_against_the_budget() -> None:
+def _entry(i: int, reason: str = "") -> BaselineEntry:
+    return BaselineEntry(f"reference.m.x_a__mutmut_{i}", "return x", f"mutated {i}", reason=reason)
+
+
+def test_verdict_needs_the_floor_and_every_survivor_listed() -> None:
     statuses = ["killed"] * 7 + ["timeout", "survived", "no tests"]
-    text, ok = verdict(_run(2, statuses))
-    assert ok and "kill rate 8/10 = 80.0%" in text and "2 survivors" in text
-    text, ok = verdict(_run(1, statuses))
+    listed = Baseline("b.toml", survivors=(_entry(8), _entry(9)))
+    text, ok = verdict(_run(80, statuses, listed))
+    assert ok and "kill rate 8/10 = 80.0%" in text and "2 listed in b.toml, 0 not listed" in text
+    # Below the floor fails even with every survivor listed.
+    text, ok = verdict(_run(80.1, statuses, listed))
     assert not ok and text.startswith("mutmut: FAIL")
+    # A survivor the baseline does not list fails even above the floor: the list may only shrink.
+    text, ok = verdict(_run(50, statuses, Baseline("b.toml", survivors=(_entry(8),))))
+    assert not ok and "1 not listed" in text
+    # An entry matches by function, original and mutated line: the same name with another edit is a new
+    # survivor, while a renumbered mutant (mutmut renumbers a changed function's mutants) still matches.
+    other = BaselineEntry("reference.m.x_a__mutmut_9", "return x", "other")
+    assert not verdict(_run(50, statuses, Baseline("b.toml", survivors=(_entry(8), other))))[1]
+    renumbered = BaselineEntry("reference.m.x_a__mutmut_42", "return x", "mutated 9")
+    assert verdict(_run(50, statuses, Baseline("b.toml", survivors=(_entry(8), renumbered))))[1]
+    elsewhere = BaselineEntry("reference.m.x_b__mutmut_9", "return x", "mutated 9")
+    assert not verdict(_run(50, statuses, Baseline("b.toml", survivors=(_entry(8), elsewhere))))[1]
+
+
+def test_equivalent_mutants_leave_the_denominator_and_a_killed_one_is_stale() -> None:
+    statuses = ["killed"] * 9 + ["survived"]
+    run = _run(90, statuses, Baseline("b.toml", equivalent=(_entry(9, "same bits"),)))
+    text, ok = verdict(run)
+    assert ok and "1 listed as equivalent" in text and "kill rate 9/9 = 100.0%" in text
+    assert run.stale() == []
+    # Listed, but this run killed it: it was not equivalent, and the entry is reported.
+    run = _run(90, statuses, Baseline("b.toml", equivalent=(_entry(0, "wrong"),), survivors=(_entry(9),)))
+    text, ok = verdict(run)
+    assert ok and "0 listed as equivalent" in text and "kill rate 9/10" in text
+    assert [(why, e.mutant) for why, e in run.stale()] == [
+        ("listed as equivalent, now killed", "reference.m.x_a__mutmut_0")
+    ]
+
+
+def test_written_baseline_lists_the_survivors_and_keeps_the_equivalent(tmp_path: Path) -> None:
+    statuses = ["killed", "survived", "no tests", "survived"]
+    run = _run(0, statuses, Baseline("b.toml", equivalent=(_entry(3, 'a "quoted" reason'),)))
+    (tmp_path / "mutmut-baseline.toml").write_text(render_baseline(run, run.baseline), encoding="utf-8")
+    again = read_baseline(project_with(tmp_path, ""), MutmutConfig())
+    assert again.equivalent == (_entry(3, 'a "quoted" reason'),)
+    assert [(e.mutant, e.original, e.mutated, e.where) for e in again.survivors] == [
+        ("reference.m.x_a__mutmut_1", "return x", "mutated 1", "reference/m.py:2"),
+        ("reference.m.x_a__mutmut_2", "return x", "mutated 2", "reference/m.py:3"),
+    ]
+    run.baseline = again
+    assert verdict(run)[1] and run.stale() == []
 
 
 def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
@@ -130,10 +249,10 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
     shutil.copytree(TOY, root, ignore=shutil.ignore_patterns("__pycache__"))
     with (root / "pyproject.toml").open("a", encoding="utf-8") as f:
         f.write(
-            '\n[tool.falsify.mutmut]\nsurvivor_budget = 0\npaths = ["toy/loop.py"]\n'
+            '\n[tool.falsify.mutmut]\nkill_rate_floor = 0\npaths = ["toy/loop.py"]\n'
             'tests = ["tests/check_toy.py"]\ntimeout = 900\n'
         )
-    # A function no test calls: its mutants survive ("no tests"), so the budget of 0 must fail the run.
+    # A function no test calls: its mutants survive ("no tests"), and no baseline lists them: the run fails.
     with (root / "toy" / "loop.py").open("a", encoding="utf-8") as f:
         f.write('\n\ndef describe(n: int) -> str:\n    return "tokens: " + str(n + 1)\n')
     uncovered = (root / "toy" / "loop.py").read_text(encoding="utf-8").splitlines().index(
@@ -154,7 +273,8 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
     )
     out = result.stdout
     assert result.returncode == 1, out + result.stderr
-    assert "mutmut: FAIL" in out and "against a budget of 0" in out and "Traceback" not in out + result.stderr
+    assert "mutmut: FAIL" in out and "0 listed in mutmut-baseline.toml" in out
+    assert "Traceback" not in out + result.stderr
     # Survivors by file:line, with the original and the mutated line.
     listed = [line for line in out.splitlines() if line.startswith(f"toy/loop.py:{uncovered} ")]
     assert listed and all("no tests" in line for line in listed)
@@ -176,3 +296,14 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
         "Killed" in statuses and "NoCoverage" in statuses and statuses <= {"Killed", "NoCoverage", "Timeout"}
     )
     assert {m["location"]["start"]["line"] for m in mutants if m["status"] == "NoCoverage"} == {uncovered}
+
+
+def test_recheck_drops_the_listed_survivors_now_killed(tmp_path: Path) -> None:
+    listed = Baseline("b.toml", equivalent=(_entry(0, "same bits"),), survivors=(_entry(1), _entry(2)))
+    run = _run(90, ["survived", "killed", "survived"], listed)  # 0 equivalent, 1 now killed, 2 still survives
+    run.recheck = True
+    text, ok = verdict(run)
+    assert ok and "not applied to a partial run" in text and run.stale() == []
+    (tmp_path / "mutmut-baseline.toml").write_text(render_baseline(run, listed), encoding="utf-8")
+    again = read_baseline(project_with(tmp_path, ""), MutmutConfig())
+    assert again.equivalent == listed.equivalent and again.survivors == (_entry(2),)

@@ -106,3 +106,64 @@ def test_rejects_non_arrays_and_wrong_rank() -> None:
         Q4_K.quantize(np.zeros(256, np.float32))
     with pytest.raises(ValueError, match="uint8, got int8"):
         Q4_K.dequantize(np.zeros((1, 144), np.int8))
+
+
+def test_internal_checks_refuse_wrong_dtype_and_width() -> None:
+    # The block helpers assert the layout they unpack; a wrong dtype or width never reaches the bit twiddling.
+    with pytest.raises(AssertionError):
+        q4k.unpack_scales(np.zeros((2, q4k.K_SCALE_SIZE), np.int8))
+    with pytest.raises(AssertionError):
+        q4k.unpack_scales(np.zeros((2, q4k.K_SCALE_SIZE + 1), np.uint8))
+    with pytest.raises(AssertionError):
+        q4k.split_blocks(np.zeros((2, q4k.BLOCK_BYTES), np.int8))
+    with pytest.raises(AssertionError):
+        q4k.split_blocks(np.zeros((2, q4k.BLOCK_BYTES + 1), np.uint8))
+    with pytest.raises(AssertionError):
+        q4k.pack_scales(np.zeros((2, 8), np.uint8), np.zeros((2, 8), np.int8))
+    with pytest.raises(AssertionError):
+        q4k.pack_scales(np.zeros((2, 8), np.int8), np.zeros((2, 8), np.uint8))
+    x = np.zeros((q4k.SUB, 3), np.float32)
+    with pytest.raises(AssertionError):
+        q4k.make_qkx2_quants(x.astype(np.float64), x)
+    with pytest.raises(AssertionError):
+        q4k.make_qkx2_quants(x, x.astype(np.float64))
+    with pytest.raises(AssertionError):
+        q4k.make_qkx2_quants(np.zeros((q4k.SUB + 1, 3), np.float32), np.zeros((q4k.SUB + 1, 3), np.float32))
+
+
+def test_bad_weights_and_inputs_are_named() -> None:
+    q = Q4_K.quantize(np.ones((3, 2 * 256), np.float32))  # [3, 288]
+    with pytest.raises(ValueError, match="weights must be a numpy uint8 array, got list"):
+        Q4_K.dequantize([[0] * 144])  # type: ignore[arg-type]  # the wrong type is the test
+    with pytest.raises(ValueError, match=r"\[rows, n_blocks \* 144\] bytes, got shape \(3, 0\)"):
+        Q4_K.dequantize(np.zeros((3, 0), np.uint8))
+    with pytest.raises(ValueError, match=r"\[rows, n_blocks \* 144\] bytes, got shape \(288,\)"):
+        Q4_K.dequantize(np.zeros(288, np.uint8))
+    bad = q.copy()
+    bad[2, 1] = 0x7C  # fp16 d of row 2's first block: exponent all ones, an Inf
+    with pytest.raises(ValueError, match=r"\(3, 288\) have a NaN or Inf d/dmin, first in row 2"):
+        Q4_K.dequantize(bad)
+    with pytest.raises(
+        ValueError, match=r"x has 256 columns but the weights of shape \(3, 288\) hold 512 per row"
+    ):
+        Q4_K.matmul(q, np.ones((1, 256), np.float32))
+    with pytest.raises(ValueError, match=r"Q4_K: x must be float32, got float64"):
+        Q4_K.matvec(q, np.ones(512))
+    with pytest.raises(ValueError, match=r"Q4_K: x must be float32, got float64"):
+        Q4_K.matmul(q, np.ones((2, 512)))
+
+
+def test_matmul_unpacks_a_cached_array_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    q = Q4_K.quantize(np.random.default_rng(6).standard_normal((4, 512)).astype(np.float32))
+    calls: list[tuple[int, ...]] = []
+    unpack = q4k.Unpacked.of
+
+    def counted(cls: type, a: np.ndarray) -> q4k.Unpacked:
+        calls.append(a.shape)
+        return unpack(a)
+
+    monkeypatch.setattr(q4k.Unpacked, "of", classmethod(counted))
+    Q4_K.matvec(q, np.ones(512, np.float32))
+    Q4_K.matmul(q, np.ones((7, 512), np.float32))
+    assert calls == [(4, 288)]  # the second call found the first one's unpacked form
+    assert q4k._unpacked(q) is q4k._unpacked(q)

@@ -359,3 +359,13 @@ def test_each_mutant_statement_and_anchor_is_unique_in_generate(mutant: str) -> 
             wanted = "".join(doc[key].split())
             matches = texts.count(wanted)
             assert matches == 1, f"{mutant}: {key} {doc[key]!r} matches {matches} statements"
+
+
+def test_reset_keeps_the_sessions_pool(model: Any) -> None:
+    pool = model.new_pool(8)
+    session = Session(model, pool=pool)
+    session.generate([1, 2, 3], 2)
+    old = session.state
+    session.reset()
+    assert session.state.pool is pool and old.released and session.history == []
+    assert pool.counts()[1] == 0  # the old state's pages went back; the fresh state holds none yet

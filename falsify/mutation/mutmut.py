@@ -1,13 +1,20 @@
-"""`falsify mutmut`: operator-level mutants (mutmut 3) over reference/, in a scratch copy, with a survivor budget.
+"""`falsify mutmut`: operator-level mutants (mutmut 3) over reference/, in a scratch copy, with a kill-rate floor
+and a reviewed baseline of survivors that may only shrink.
 
 mutmut works in ./mutants/, the directory our semantic mutants live in, so it never runs in the working tree:
 the project is copied to a scratch directory, our mutants/ moved aside (into mutmut's directory, where the
 copied pyproject.toml finds it), and mutmut configured there through setup.cfg. mutmut exits 0 with survivors,
-so the verdict comes from its per-file .meta results: survivors (survived, or no selected test covers the
-mutant) above `survivor_budget` fail the run, each listed by file:line with the mutated line.
+so the verdict comes from its per-file .meta results. A survivor is a mutant that survived, or that no selected
+test covers. The run fails when the kill rate of the non-equivalent mutants is below `kill_rate_floor`, or when
+a survivor is not in the baseline file: its [[equivalent]] entries (each with the reviewer's reason) leave the
+kill rate's denominator, its [[survivor]] entries are the survivors known so far. An entry matches a mutant of
+the same function with the same original and mutated line (mutmut renumbers a function's mutants when it
+changes, and lines move). Every survivor is
+listed by file:line with the original and mutated line.
 
 Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
-    survivor_budget = 90      # survivors allowed (default 0: any survivor fails the run)
+    kill_rate_floor = 90.0    # percent of the non-equivalent mutants that must be killed (or time out)
+    baseline = "mutmut-baseline.toml"   # reviewed [[equivalent]] and [[survivor]] entries; absent: none
     paths = ["reference/session.py", ...]   # files mutated (default: the .py files of [tool.falsify] sources)
     tests = ["tests/test_session_unit.py", ...]   # the tests mutmut runs (default: the tests directory)
     timeout = 1500            # seconds for the whole mutmut run
@@ -15,8 +22,12 @@ Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
     timeout_multiplier = 4    # a mutant's run stops after (its tests' time + timeout_constant) x this
     timeout_constant = 10     # seconds
 
-Exit codes: 0 survivors within the budget; 1 over the budget; 2 mutmut missing, bad configuration or no
-project; 130 interrupted.
+`--recheck` runs only the mutants the baseline lists as survivors (after tests were added); with
+`--write-baseline` it drops the ones now killed.
+
+Exit codes: 0 the kill rate is at or above the floor and every survivor is listed in the baseline; 1 below the
+floor, or a survivor the baseline does not list; 2 mutmut missing, bad configuration or baseline, no project,
+or mutmut could not run; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -45,9 +56,10 @@ from falsify.mutation.semantic.scratch import Scratch
 from falsify.project import Project, find_project
 from falsify.table import table
 
-HELP = "run mutmut over the engine's sources in a scratch copy; fail above the survivor budget"
+HELP = "run mutmut over the engine's sources in a scratch copy; fail below the kill-rate floor or on an unlisted survivor"
 
-DEFAULT_BUDGET = 0
+DEFAULT_FLOOR = 0.0
+DEFAULT_BASELINE = "mutmut-baseline.toml"
 DEFAULT_TIMEOUT = 1500.0
 DEFAULT_TIMEOUT_MULTIPLIER = 4.0
 DEFAULT_TIMEOUT_CONSTANT = 10.0
@@ -94,7 +106,8 @@ class MutmutError(FalsifyError):
 
 @dataclass(frozen=True, slots=True)
 class MutmutConfig:
-    survivor_budget: int = DEFAULT_BUDGET
+    kill_rate_floor: float = DEFAULT_FLOOR  # percent
+    baseline: str = DEFAULT_BASELINE  # relative to the project root
     paths: tuple[str, ...] = ()
     tests: tuple[str, ...] = ("tests",)
     timeout: float = DEFAULT_TIMEOUT
@@ -118,6 +131,46 @@ class MutmutMutant:
     duration: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BaselineEntry:
+    mutant: str  # mutmut's name when listed; its function part (before __mutmut_) is what matches
+    original: str  # the original line, stripped
+    mutated: str  # the mutated line, stripped
+    where: str = ""  # file:line when it was listed (lines move; informative only)
+    reason: str = ""  # why it is equivalent (required for [[equivalent]])
+
+    def matches(self, m: MutmutMutant) -> bool:
+        """Same function, same original line, same mutated line: mutmut renumbers a function's mutants when
+        the function changes, and lines move, so neither the number nor the line decides."""
+        return (
+            _function_key(self.mutant) == _function_key(m.name)
+            and self.original == m.original.strip()
+            and self.mutated == m.mutated.strip()
+        )
+
+
+def _function_key(name: str) -> str:
+    return name.partition("__mutmut_")[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """The reviewed baseline file: equivalent mutants (out of the kill rate) and the survivors known so far."""
+
+    path: str
+    equivalent: tuple[BaselineEntry, ...] = ()
+    survivors: tuple[BaselineEntry, ...] = ()
+
+    def _find(self, entries: tuple[BaselineEntry, ...], m: MutmutMutant) -> BaselineEntry | None:
+        return next((e for e in entries if e.matches(m)), None)
+
+    def is_equivalent(self, m: MutmutMutant) -> bool:
+        return self._find(self.equivalent, m) is not None
+
+    def is_known_survivor(self, m: MutmutMutant) -> bool:
+        return self._find(self.survivors, m) is not None
+
+
 @dataclass(slots=True)
 class MutmutRun:
     config: MutmutConfig
@@ -126,6 +179,8 @@ class MutmutRun:
     seconds: float = 0.0
     since: str | None = None
     patterns: list[str] = field(default_factory=list)
+    recheck: bool = False  # only the baseline's [[survivor]] mutants were run
+    baseline: Baseline = field(default_factory=lambda: Baseline(DEFAULT_BASELINE))
 
     @property
     def counts(self) -> Counter[str]:
@@ -134,6 +189,139 @@ class MutmutRun:
     @property
     def survivors(self) -> list[MutmutMutant]:
         return [m for m in self.mutants if m.status in SURVIVING]
+
+    @property
+    def partial(self) -> bool:
+        """A run over a subset of the mutants (--since, --recheck): the floor is not applied to it."""
+        return bool(self.since) or self.recheck
+
+    @property
+    def new_survivors(self) -> list[MutmutMutant]:
+        """Survivors the baseline lists neither as equivalent nor as known: each one fails the run."""
+        b = self.baseline
+        return [m for m in self.survivors if not b.is_equivalent(m) and not b.is_known_survivor(m)]
+
+    @property
+    def equivalent(self) -> list[MutmutMutant]:
+        """Surviving mutants the baseline lists as equivalent (a killed one is not equivalent: see stale)."""
+        return [m for m in self.survivors if self.baseline.is_equivalent(m)]
+
+    def stale(self) -> list[tuple[str, BaselineEntry]]:
+        """Baseline entries this run does not bear out: a listed survivor now killed (remove it: the list
+        shrinks), a listed equivalent mutant killed (it was not equivalent), or an entry whose mutant this run
+        did not produce with that mutated line. Not read in a --since or --recheck run, which mutates a subset."""
+        if self.partial:
+            return []
+        out = []
+        for kind, entries in (
+            ("equivalent", self.baseline.equivalent),
+            ("survivor", self.baseline.survivors),
+        ):
+            for e in entries:
+                found = [m for m in self.mutants if e.matches(m)]
+                if not found:
+                    out.append(("no such mutant (the code changed)", e))
+                elif not any(m.status in SURVIVING for m in found):
+                    out.append((f"listed as {kind}, now {found[0].status}", e))
+        return out
+
+
+def read_baseline(project: Project, config: MutmutConfig) -> Baseline:
+    """The baseline file named by `baseline` (absent: empty); a bad entry is a one-line MutmutError."""
+    path = project.root / config.baseline
+    if not path.is_file():
+        return Baseline(config.baseline)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MutmutError(f"{path}: {exc}") from None
+    unknown = sorted(set(data) - {"equivalent", "survivor"})
+    if unknown:
+        raise MutmutError(f"{path}: unknown table(s) {', '.join(unknown)} (known: equivalent, survivor)")
+    lists: dict[str, list[BaselineEntry]] = {"equivalent": [], "survivor": []}
+    for kind, entries in lists.items():
+        raw = data.get(kind, [])
+        if not isinstance(raw, list):
+            raise MutmutError(f"{path}: {kind} must be an array of tables ([[{kind}]])")
+        for i, item in enumerate(raw):
+            where = f"{path}: [[{kind}]] #{i + 1}"
+            if not isinstance(item, dict):
+                raise MutmutError(f"{where} is not a table")
+            extra = sorted(set(item) - {"mutant", "original", "mutated", "where", "reason"})
+            if extra:
+                raise MutmutError(f"{where} has unknown key(s) {', '.join(extra)}")
+            for key in ("mutant",) + (("reason",) if kind == "equivalent" else ()):
+                if not isinstance(item.get(key), str) or not item[key].strip():
+                    raise MutmutError(f"{where} needs a non-empty string {key!r}")
+            for key in ("original", "mutated"):  # a line mutmut removed or added may be empty
+                if not isinstance(item.get(key), str):
+                    raise MutmutError(f"{where} needs a string {key!r} (the line, stripped)")
+            entries.append(
+                BaselineEntry(
+                    item["mutant"],
+                    item["original"].strip(),
+                    item["mutated"].strip(),
+                    str(item.get("where", "")),
+                    str(item.get("reason", "")),
+                )
+            )
+    names = [e.mutant for e in lists["equivalent"] + lists["survivor"]]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise MutmutError(f"{path}: listed more than once: {', '.join(twice)}")
+    return Baseline(config.baseline, tuple(lists["equivalent"]), tuple(lists["survivor"]))
+
+
+def _toml_string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # a JSON string is a TOML basic string
+
+
+def render_baseline(run: MutmutRun, baseline: Baseline) -> str:
+    """The baseline file with [[survivor]] rewritten from this run's survivors; [[equivalent]] kept as reviewed."""
+    lines = [
+        "# falsify mutmut baseline, read by `falsify mutmut` ([tool.falsify.mutmut] baseline).",
+        "# [[equivalent]]: mutants no test can kill because the mutated program means the same; each entry gives",
+        "# the reviewer's reason, and they leave the kill rate's denominator.",
+        "# [[survivor]]: mutants no test kills yet. The list may only shrink: a survivor not listed fails the run.",
+        "# An entry matches a mutant of the same function with the same original and mutated line (mutmut's",
+        "# numbers and the lines move when code changes); `where` is where it was when listed.",
+        "",
+    ]
+    for e in baseline.equivalent:
+        lines += [
+            "[[equivalent]]",
+            f"mutant = {_toml_string(e.mutant)}",
+            f"where = {_toml_string(e.where)}",
+            f"original = {_toml_string(e.original)}",
+            f"mutated = {_toml_string(e.mutated)}",
+            f"reason = {_toml_string(e.reason)}",
+            "",
+        ]
+    if run.recheck:  # keep the listed survivors this run did not kill, as listed
+        killed = {m.name for m in run.mutants if m.status not in SURVIVING}
+        for e in baseline.survivors:
+            if e.mutant not in killed:
+                lines += [
+                    "[[survivor]]",
+                    f"mutant = {_toml_string(e.mutant)}",
+                    f"where = {_toml_string(e.where)}",
+                    f"original = {_toml_string(e.original)}",
+                    f"mutated = {_toml_string(e.mutated)}",
+                    "",
+                ]
+        return "\n".join(lines)
+    for m in sorted(run.survivors, key=lambda m: (m.file, m.line, m.name)):
+        if baseline.is_equivalent(m):
+            continue
+        lines += [
+            "[[survivor]]",
+            f"mutant = {_toml_string(m.name)}",
+            f"where = {_toml_string(f'{m.file}:{m.line}')}",
+            f"original = {_toml_string(m.original.strip())}",
+            f"mutated = {_toml_string(m.mutated.strip())}",
+            "",
+        ]
+    return "\n".join(lines)
 
 
 def read_config(project: Project) -> MutmutConfig:
@@ -150,7 +338,8 @@ def read_config(project: Project) -> MutmutConfig:
         raise MutmutError(f"{path}: {exc}") from None
     where = f"{path}: [tool.falsify.mutmut]"
     known = (
-        "survivor_budget",
+        "kill_rate_floor",
+        "baseline",
         "paths",
         "tests",
         "timeout",
@@ -158,12 +347,20 @@ def read_config(project: Project) -> MutmutConfig:
         "timeout_multiplier",
         "timeout_constant",
     )
+    if "survivor_budget" in table_:
+        raise MutmutError(
+            f"{where} survivor_budget is gone: set kill_rate_floor (percent) and list the known survivors in "
+            f"the baseline file ({DEFAULT_BASELINE}; falsify mutmut --write-baseline writes them)"
+        )
     unknown = sorted(set(table_) - set(known))
     if unknown:
         raise MutmutError(f"{where} has unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})")
-    budget = table_.get("survivor_budget", DEFAULT_BUDGET)
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise MutmutError(f"{where} survivor_budget must be an int >= 0, got {budget!r}")
+    floor = table_.get("kill_rate_floor", DEFAULT_FLOOR)
+    if isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 <= floor <= 100:
+        raise MutmutError(f"{where} kill_rate_floor must be a percentage in [0, 100], got {floor!r}")
+    baseline = table_.get("baseline", DEFAULT_BASELINE)
+    if not isinstance(baseline, str) or not baseline:
+        raise MutmutError(f"{where} baseline must be a path relative to the project root, got {baseline!r}")
     lists = {}
     defaults = {
         "paths": default_paths(project),
@@ -193,7 +390,8 @@ def read_config(project: Project) -> MutmutConfig:
             f"{where}: no paths to mutate: set paths there, or sources = [...] in [tool.falsify]"
         )
     return MutmutConfig(
-        budget,
+        float(floor),
+        baseline,
         lists["paths"],
         lists["tests"],
         float(timeout),
@@ -431,7 +629,13 @@ def _env() -> dict[str, str]:
 
 
 def run_mutmut(
-    project: Project, config: MutmutConfig, *, since: str | None, jobs: int, progress: Any = print
+    project: Project,
+    config: MutmutConfig,
+    *,
+    since: str | None,
+    jobs: int,
+    progress: Any = print,
+    recheck: Baseline | None = None,
 ) -> MutmutRun:
     files = sorted(
         {
@@ -444,7 +648,18 @@ def run_mutmut(
     if not files:
         raise MutmutError(f"[tool.falsify.mutmut] paths {list(config.paths)} match no Python file")
     run = MutmutRun(config, files, since=since)
-    if since:
+    if recheck is not None:
+        # mutmut's names are the current code's right after a whole run; an entry whose name no longer exists is
+        # simply not run (and a whole run reports it as gone).
+        run.recheck = True
+        run.patterns = sorted({e.mutant for e in recheck.survivors})
+        modules = {".".join(Path(f).with_suffix("").parts): f for f in files}
+        run.files = sorted({modules[m] for m in (p.rpartition(".")[0] for p in run.patterns) if m in modules})
+        if not run.patterns:
+            progress(f"mutmut: {recheck.path} lists no survivor; nothing to recheck")
+            return run
+        progress(f"mutmut: rechecking the {len(run.patterns)} survivors {recheck.path} lists")
+    elif since:
         changed = changed_lines(project.root, since, files)
         run.patterns = function_patterns(project.root, changed)
         run.files = sorted({f for f in changed if f in files})
@@ -511,28 +726,55 @@ def _clean_tail(log: str, n: int = 20) -> str:
 # -- reporting --------------------------------------------------------------------------------------------------
 
 
+def kill_rate(run: MutmutRun) -> tuple[int, int]:
+    """(detected, judged) over the non-equivalent mutants: killed, timed out or caught by the type check, over
+    every mutant that ran (not skipped, not left unchecked) and is not listed as equivalent."""
+    counts = run.counts
+    detected = counts["killed"] + counts["timeout"] + counts["caught by type check"]
+    judged = len(run.mutants) - counts["skipped"] - counts["not checked"] - len(run.equivalent)
+    return detected, judged
+
+
 def verdict(run: MutmutRun) -> tuple[str, bool]:
     counts = run.counts
     total = len(run.mutants)
-    detected = counts["killed"] + counts["timeout"] + counts["caught by type check"]
-    judged = total - counts["skipped"] - counts["not checked"]
-    survivors = len(run.survivors)
-    ok = survivors <= run.config.survivor_budget and judged > 0
-    rate = f"{100.0 * detected / judged:.1f}%" if judged else "n/a"
+    detected, judged = kill_rate(run)
+    rate = 100.0 * detected / judged if judged else 0.0
+    floor = run.config.kill_rate_floor
+    new = len(run.new_survivors)
+    # A --since or --recheck run mutates a subset: the floor is a property of the whole run, not of a sample.
+    floor_ok = run.partial or rate >= floor
+    ok = judged > 0 and floor_ok and new == 0
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    known = len(run.survivors) - new - len(run.equivalent)
     return (
-        f"mutmut: {'PASS' if ok else 'FAIL'} — {total} mutants over {len(run.files)} files ({parts}); kill rate "
-        f"{detected}/{judged} = {rate}; {survivors} survivors (survived or no test) against a budget of "
-        f"{run.config.survivor_budget}; {run.seconds:.0f} s"
+        f"mutmut: {'PASS' if ok else 'FAIL'} — {total} mutants over {len(run.files)} files ({parts}); "
+        f"{len(run.equivalent)} listed as equivalent; kill rate {detected}/{judged} = "
+        f"{f'{rate:.1f}%' if judged else 'n/a'} of the non-equivalent mutants against a floor of {floor:g}%"
+        f"{' (not applied to a partial run)' if run.partial else ''}; {len(run.survivors) - len(run.equivalent)} "
+        f"survivors (survived or no test): {known} listed in {run.baseline.path}, {new} not listed; "
+        f"{run.seconds:.0f} s"
     ), ok
 
 
 def render_survivors(run: MutmutRun) -> str:
+    def listed(m: MutmutMutant) -> str:
+        if run.baseline.is_equivalent(m):
+            return "equivalent"
+        return "known" if run.baseline.is_known_survivor(m) else "NEW"
+
     rows = [
-        [f"{m.file}:{m.line}", m.status, m.original[:60], m.mutated[:60], m.name.rpartition(".")[2]]
+        [
+            f"{m.file}:{m.line}",
+            m.status,
+            listed(m),
+            m.original[:60],
+            m.mutated[:60],
+            m.name.rpartition(".")[2],
+        ]
         for m in sorted(run.survivors, key=lambda m: (m.file, m.line, m.name))
     ]
-    return table(["where", "status", "original", "mutated", "mutant"], rows)
+    return table(["where", "status", "baseline", "original", "mutated", "mutant"], rows)
 
 
 def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
@@ -544,13 +786,14 @@ def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
         source_line = files[m.file][0].splitlines()[line - 1] if m.line else ""
         indent = len(source_line) - len(source_line.lstrip())
         loc = stryker.Location(line, indent + 1, line, max(len(source_line), indent + 1) + 1)
+        equivalent = run.baseline.is_equivalent(m)
         files[m.file][1].append(
             stryker.mutant(
                 m.name,
                 "mutmut",
                 loc,
-                STRYKER_STATUS.get(m.status, "RuntimeError"),
-                description=f"mutmut: {m.status}",
+                "Ignored" if equivalent else STRYKER_STATUS.get(m.status, "RuntimeError"),
+                description=f"mutmut: {m.status}" + (" (listed as equivalent)" if equivalent else ""),
                 replacement=m.mutated or None,
                 reason=m.status,
                 duration_ms=m.duration * 1000 if m.duration is not None else None,
@@ -564,7 +807,8 @@ def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
         config={
             "paths": list(run.config.paths),
             "tests": list(run.config.tests),
-            "survivor_budget": run.config.survivor_budget,
+            "kill_rate_floor": run.config.kill_rate_floor,
+            "baseline": run.config.baseline,
             "since": run.since,
         },
     )
@@ -585,7 +829,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)"
     )
     p.add_argument("-j", "--jobs", type=int, default=0, help="mutmut workers (default: one per core)")
-    p.add_argument("--budget", type=int, help="override [tool.falsify.mutmut] survivor_budget")
+    p.add_argument(
+        "--kill-rate-floor", type=float, help="override [tool.falsify.mutmut] kill_rate_floor (percent)"
+    )
+    p.add_argument(
+        "--write-baseline",
+        action="store_true",
+        help="rewrite the baseline file's [[survivor]] list from this run (review the diff: it may only shrink)",
+    )
+    p.add_argument(
+        "--recheck",
+        action="store_true",
+        help="run only the baseline's [[survivor]] mutants (after adding tests; with --write-baseline, drop "
+        "the ones now killed)",
+    )
     p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
     p.add_argument(
         "--out",
@@ -606,10 +863,17 @@ def run(args: argparse.Namespace) -> int:
         raise MutmutError("mutmut is not installed: pip install 'mutmut>=3'") from None
     project = find_project()
     config = read_config(project)
-    if args.budget is not None:
-        if args.budget < 0:
-            raise MutmutError(f"--budget must be >= 0, got {args.budget}")
-        config = dataclasses.replace(config, survivor_budget=args.budget)
+    if args.kill_rate_floor is not None:
+        if not 0 <= args.kill_rate_floor <= 100:
+            raise MutmutError(
+                f"--kill-rate-floor must be a percentage in [0, 100], got {args.kill_rate_floor}"
+            )
+        config = dataclasses.replace(config, kill_rate_floor=args.kill_rate_floor)
+    if args.write_baseline and args.since:
+        raise MutmutError("--write-baseline needs a whole run or --recheck, not --since")
+    if args.recheck and args.since:
+        raise MutmutError("--recheck and --since each pick the mutants: give one")
+    baseline = read_baseline(project, config)
     if args.timeout is not None:
         if args.timeout <= 0:
             raise MutmutError(f"--timeout must be > 0, got {args.timeout}")
@@ -621,12 +885,22 @@ def run(args: argparse.Namespace) -> int:
             since=args.since,
             jobs=args.jobs or available_cores(),
             progress=lambda line: print(line, flush=True),
+            recheck=baseline if args.recheck else None,
         )
-    if args.since and not result.patterns:
+    result.baseline = baseline
+    if (args.since or args.recheck) and not result.patterns:
         return 0
     if result.survivors:
         print()
         print(render_survivors(result))
+    stale = result.stale()
+    if stale:
+        print()
+        print(
+            f"mutmut: {len(stale)} entries of {baseline.path} this run does not bear out (remove or review them):"
+        )
+        for why, e in stale:
+            print(f"  {e.where or '?'} {e.mutant}: {why}")
     out = args.out if args.out.is_absolute() else project.root / args.out
     out.mkdir(parents=True, exist_ok=True)
     data = to_stryker(result, project.root)
@@ -638,4 +912,11 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(summary)
     print(f"mutmut: report in {out / 'mutation-report.json'} and {out / 'mutation-report.html'}")
+    if args.write_baseline:
+        path = project.root / config.baseline
+        path.write_text(render_baseline(result, baseline), encoding="utf-8")
+        listed = len(read_baseline(project, config).survivors)
+        print(
+            f"mutmut: wrote {path} ({len(baseline.equivalent)} equivalent, {listed} survivors); review the diff"
+        )
     return 0 if ok else 1

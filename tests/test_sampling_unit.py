@@ -1,0 +1,41 @@
+"""Unit tests of reference/sampling.py's inverse CDF, on logits whose distribution is known by hand. The
+statistical falsifiers of apr-serve-sampling-v1 are in tests/test_sampling_contract.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from reference.sampling import Sampler
+
+
+def test_pick_lays_tokens_out_by_probability() -> None:
+    # softmax([0, ln 3]) = [1/4, 3/4]: token 1 holds [0, 0.75), token 0 holds [0.75, 1).
+    logits = np.array([0.0, math.log(3.0)])
+    s = Sampler()
+    assert [s.pick(logits, u) for u in (0.0, 0.74, 0.76, 0.999)] == [1, 1, 0, 0]
+
+
+def test_temperature_divides_the_logits() -> None:
+    # At temperature 2 the weights are [1, 3**-0.5]: token 1 holds [0, 0.634), token 0 the rest.
+    logits = np.array([0.0, math.log(3.0)])
+    s = Sampler(temperature=2.0)
+    assert [s.pick(logits, u) for u in (0.62, 0.65)] == [1, 0]
+
+
+def test_large_logits_do_not_overflow() -> None:
+    # Shifted by the largest logit before exp: 1000 and 1000 - ln 3 sample as 0 and -ln 3 do.
+    logits = np.array([1000.0 - math.log(3.0), 1000.0])
+    assert [Sampler().pick(logits, u) for u in (0.74, 0.76)] == [1, 0]
+
+
+def test_ties_keep_the_lower_id_first_whatever_the_length() -> None:
+    # 200 logits in {0, 1, 2}: the tokens lie on [0, 1) in descending logit order, ties by the lower id (Python's
+    # sort is stable; numpy's default sort is not, past 16 elements). Each interval's midpoint picks its token.
+    logits = np.random.default_rng(0).integers(0, 3, 200).astype(np.float64)
+    order = sorted(range(200), key=lambda i: -logits[i])
+    weights = np.exp(logits[order] - logits.max())
+    ends = np.cumsum(weights) / weights.sum()
+    mids = ends - weights / weights.sum() / 2
+    assert Sampler().pick(logits, mids).tolist() == order
