@@ -854,3 +854,45 @@ def test_a_mutmut_report_is_kept_summarised_drawn_and_verified(copy: Path, verif
     kept.write_text(kept.read_text(encoding="utf-8").replace('"Survived"', '"Killed"'), encoding="utf-8")
     code, out = verify(root, "with-mutmut")
     assert code == 1 and "mutmut-report.json: sha256 changed" in out, out
+
+
+def test_an_engines_matrix_is_kept_shown_and_verified(copy: Path, verify: Verify) -> None:
+    root = copy / "proj"
+    matrix = {
+        "engines": ["tinyengine.engine:TinyEngine", "other"],
+        "predictions": [
+            {
+                "id": "FALSIFY-TINY-ADD-001",
+                "contract": "tiny-add-v1",
+                "outcomes": {"tinyengine.engine:TinyEngine": "PASS", "other": "FAIL"},
+                "details": {"tinyengine.engine:TinyEngine": "", "other": f"falsified in {root}/x.py"},
+            }
+        ],
+        "summaries": {
+            "tinyengine.engine:TinyEngine": "1 predictions: 1 PASS",
+            "other": "1 predictions: 1 FAIL",
+        },
+    }
+    (copy / "matrix.json").write_text(json.dumps(matrix), encoding="utf-8")
+    proc = falsify_cli(
+        root,
+        *evidence_args("with-matrix"),
+        "--mutants-report",
+        str(copy / "stryker.json"),
+        "--matrix",
+        str(copy / "matrix.json"),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ev = statements(root / "with-matrix")[1]["predicate"]
+    assert ev["matrix"]["outcomes"] == {
+        "FALSIFY-TINY-ADD-001": {"tinyengine.engine:TinyEngine": "PASS", "other": "FAIL"}
+    }
+    kept = (root / "with-matrix" / "engines-matrix.json").read_text(encoding="utf-8")
+    assert str(root) not in kept  # paths scrubbed
+    html = (root / "with-matrix" / REPORT_HTML).read_text(encoding="utf-8")
+    assert "<h2>Engines</h2>" in html and '<td class="FAIL">FAIL</td>' in html
+    assert verify(root, "with-matrix")[0] == 0
+    bad = copy / "bad.json"
+    bad.write_text(json.dumps({"engines": "x"}), encoding="utf-8")
+    proc = falsify_cli(root, *evidence_args("bad-matrix"), "--matrix", str(bad))
+    assert proc.returncode == 2 and "matrix: `engines` must be a list" in proc.stderr, proc.stderr

@@ -15,6 +15,7 @@ A bundle (`falsify evidence --out DIR`):
     mutation-report.json    the Stryker mutation-testing-report of the mutant run, when one was run
     REPORT.md, report.html  the verdict, one row per prediction, the mutants, the environment
     mutmut-report.json      with --mutmut-report: the Stryker report of a `falsify mutmut` run, normalised
+    engines-matrix.json     with --matrix: a `falsify matrix` run's predictions x engines, normalised
     *.svg                   the report's figures (kill matrix, measured vs bound, decode gaps, mutmut)
     evidence.dsse.jsonl     with --sign: one DSSE envelope (Ed25519) per statement line (falsify/evidence/sign.py)
 """
@@ -30,5 +31,6 @@ JUNIT = "junit.xml"
 RESULTS = "results.json"
 MUTATION_REPORT = "mutation-report.json"
 MUTMUT_REPORT = "mutmut-report.json"
+MATRIX = "engines-matrix.json"
 REPORT_MD = "REPORT.md"
 REPORT_HTML = "report.html"

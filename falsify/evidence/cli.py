@@ -15,7 +15,15 @@ from pathlib import Path
 
 from falsify.contracts.corpus import contract_dirs, load_corpus
 from falsify.engines.loading import check_engine, resolve_engine
-from falsify.evidence import MUTATION_REPORT, MUTMUT_REPORT, REPORT_HTML, REPORT_MD, SIGNATURES, STATEMENTS
+from falsify.evidence import (
+    MATRIX,
+    MUTATION_REPORT,
+    MUTMUT_REPORT,
+    REPORT_HTML,
+    REPORT_MD,
+    SIGNATURES,
+    STATEMENTS,
+)
 from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
 from falsify.evidence.digests import scrub
 from falsify.evidence.mutation import load_report
@@ -108,6 +116,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
         help="Stryker report of a `falsify mutmut` run (e.g. .falsify/mutmut/mutation-report.json) to include",
     )
     p.add_argument(
+        "--matrix",
+        type=Path,
+        help="matrix.json of a `falsify matrix` run (predictions x engines) to include and show",
+    )
+    p.add_argument(
         "--no-mutants",
         action="store_true",
         help="do not run the mutants; the bundle says so and the verdict is NO-GO when mutants are declared",
@@ -168,6 +181,13 @@ def run_evidence(args: argparse.Namespace) -> int:
         for p in (args.out, args.from_dir, args.mutants_report, args.mutmut_report)
     )
     mutmut_report = load_report(mutmut_path) if mutmut_path is not None else None
+    matrix = None
+    if args.matrix is not None:
+        matrix_path = args.matrix if args.matrix.is_absolute() else here / args.matrix
+        try:
+            matrix = json.loads(matrix_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise EvidenceError(f"{matrix_path}: not a readable matrix.json ({exc})") from None
     assert out is not None
     signing_key = (
         load_private_key(args.sign if args.sign.is_absolute() else here / args.sign) if args.sign else None
@@ -210,6 +230,7 @@ def run_evidence(args: argparse.Namespace) -> int:
         report,
         scrub(reason, root),
         mutmut_report,
+        matrix,
     )
     files = build(root, inputs, corpus, run, environment(), generated_at(), git_source(root))
     changed = sorted(set(before.items()) ^ set(tree_digests(root, inputs).items()))
@@ -220,7 +241,7 @@ def run_evidence(args: argparse.Namespace) -> int:
             "written (run again on a quiet tree)"
         )
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (MUTATION_REPORT, MUTMUT_REPORT, *FIGURE_TITLES):
+    for stale in (MUTATION_REPORT, MUTMUT_REPORT, MATRIX, *FIGURE_TITLES):
         if stale not in files and (out / stale).exists():
             (out / stale).unlink()
     for name, data in files.items():

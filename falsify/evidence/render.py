@@ -159,6 +159,52 @@ def _killed(p: dict[str, Any]) -> str:
     return "not run" if all(m["status"] == "NOT RUN" for m in p["mutants"]) else "none"
 
 
+def _matrix_rows(matrix: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
+    engines = [str(e) for e in matrix.get("engines", [])]
+    outcomes = matrix.get("outcomes", {})
+    rows = [(str(pid), [str(o.get(e, "NOT RUN")) for e in engines]) for pid, o in outcomes.items()]
+    counts = matrix.get("counts", {})
+    totals = [", ".join(f"{n} {k}" for k, n in sorted(counts.get(e, {}).items())) for e in engines]
+    return engines, rows, totals
+
+
+def _matrix_md(matrix: Any) -> list[str]:
+    if not isinstance(matrix, dict):
+        return []
+    engines, rows, totals = _matrix_rows(matrix)
+    out = [
+        "## Engines",
+        "",
+        "Predictions x engines, from a `falsify matrix` run (a FAIL is a finding about that engine).",
+        "",
+    ]
+    out += ["| prediction | " + " | ".join(engines) + " |", "| --- |" + " --- |" * len(engines)]
+    out += [f"| `{pid}` | " + " | ".join(cells) + " |" for pid, cells in rows]
+    out += ["| **totals** | " + " | ".join(totals) + " |", ""]
+    return out
+
+
+def _matrix_html(matrix: Any) -> list[str]:
+    if not isinstance(matrix, dict):
+        return []
+    e = escape
+    engines, rows, totals = _matrix_rows(matrix)
+    h = [
+        "<h2>Engines</h2><p>Predictions × engines, from a <code>falsify matrix</code> run (a FAIL is a finding "
+        "about that engine).</p><table><tr><th>prediction</th>"
+        + "".join(f"<th>{e(x)}</th>" for x in engines)
+        + "</tr>"
+    ]
+    for pid, cells in rows:
+        h.append(
+            f'<tr><td class="mono id">{e(pid)}</td>'
+            + "".join(f'<td class="{_cls(c)}">{e(c)}</td>' for c in cells)
+            + "</tr>"
+        )
+    h.append("<tr><th>totals</th>" + "".join(f"<td>{e(t)}</td>" for t in totals) + "</tr></table>")
+    return h
+
+
 def _md_cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -201,6 +247,7 @@ def render_markdown(
             out += [f"![{title}]({name})", "", _md_cell(drawn[name][1]), ""]
         else:
             out += [f"- {title}: nothing in this bundle to draw.", ""]
+    out += _matrix_md(ev.get("matrix"))
     out += [
         "## Predictions",
         "",
@@ -364,8 +411,10 @@ def render_html(
             )
         else:
             h.append(f'<p class="muted"><b>{e(title)}</b>: nothing in this bundle to draw.</p>')
+    h.append("</div>")
+    h += _matrix_html(ev.get("matrix"))
     h += [
-        "</div><h2>Predictions</h2>",
+        "<h2>Predictions</h2>",
         "<table><tr><th>prediction</th><th>claim, formula, domain</th><th>outcome</th><th>tests</th>"
         "<th>checks</th><th>turned red by</th><th>costs</th><th>observed / detail</th></tr>",
     ]

@@ -21,6 +21,7 @@ from falsify.errors import FormulaError
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
     JUNIT,
+    MATRIX,
     MUTATION_REPORT,
     MUTMUT_REPORT,
     RELEASE_REPORT_TYPE,
@@ -82,6 +83,7 @@ class RunResults:
     mutmut_report: dict[str, Any] | None = (
         None  # Stryker report of a `falsify mutmut` run; None when not given
     )
+    matrix: dict[str, Any] | None = None  # a `falsify matrix` run's matrix.json; None when not given
 
 
 def normalise_results(results: dict[str, Any], root: Path, contracts: str) -> dict[str, Any]:
@@ -165,6 +167,9 @@ def build(
     mutmut_report = normalise(run.mutmut_report, root) if run.mutmut_report is not None else None
     if mutmut_report is not None:
         files[MUTMUT_REPORT] = pretty(mutmut_report).encode()
+    matrix = normalise_matrix(run.matrix, root) if run.matrix is not None else None
+    if matrix is not None:
+        files[MATRIX] = pretty(matrix).encode()
     reports = [descriptor(name, sha256_bytes(files[name])) for name in sorted(files)]
 
     rows = per_prediction(corpus, run.results)
@@ -242,6 +247,7 @@ def build(
                 "results": mutant_summary["results"],
             },
             "mutmut": mutmut_summary(mutmut_report, root) if mutmut_report is not None else None,
+            "matrix": matrix_summary(matrix) if matrix is not None else None,
             "weights": weights_note,
             "reports": reports,
             "environment": env,
@@ -273,6 +279,61 @@ def build(
     lines.append(canonical(release))
     files[STATEMENTS] = ("\n".join(lines) + "\n").encode()
     return files
+
+
+def normalise_matrix(document: Any, root: Path) -> dict[str, Any]:
+    """A `falsify matrix` document as the bundle keeps it: engines, per-prediction outcomes and details, per-engine
+    summaries; paths scrubbed. Anything else is an EvidenceError naming the field."""
+    if not isinstance(document, dict):
+        raise EvidenceError("matrix: not a JSON object (expected a falsify matrix matrix.json)")
+    engines = document.get("engines")
+    predictions = document.get("predictions")
+    if not isinstance(engines, list) or not all(isinstance(e, str) for e in engines):
+        raise EvidenceError("matrix: `engines` must be a list of engine names")
+    if not isinstance(predictions, list):
+        raise EvidenceError("matrix: `predictions` must be a list")
+    rows = []
+    for i, p in enumerate(predictions):
+        if (
+            not isinstance(p, dict)
+            or not isinstance(p.get("id"), str)
+            or not isinstance(p.get("outcomes"), dict)
+        ):
+            raise EvidenceError(f"matrix: predictions[{i}] needs an `id` and `outcomes`")
+        rows.append(
+            {
+                "id": p["id"],
+                "contract": str(p.get("contract", "")),
+                "outcomes": {e: str(p["outcomes"].get(e, "NOT RUN")) for e in engines},
+                "details": {e: str((p.get("details") or {}).get(e, "")) for e in engines},
+            }
+        )
+    raw = document.get("summaries")
+    summaries: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    out: dict[str, Any] = scrub(
+        {
+            "engines": engines,
+            "predictions": rows,
+            "summaries": {e: str(summaries.get(e, "")) for e in engines},
+        },
+        root,
+    )
+    return out
+
+
+def matrix_summary(matrix: dict[str, Any]) -> dict[str, Any]:
+    """Predictions x engines outcomes and per-engine counts, for the report's table."""
+    engines = matrix["engines"]
+    counts: dict[str, dict[str, int]] = {e: {} for e in engines}
+    for p in matrix["predictions"]:
+        for e in engines:
+            o = p["outcomes"][e]
+            counts[e][o] = counts[e].get(o, 0) + 1
+    return {
+        "engines": engines,
+        "outcomes": {p["id"]: p["outcomes"] for p in matrix["predictions"]},
+        "counts": counts,
+    }
 
 
 def mutmut_summary(report: dict[str, Any], root: Path) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from falsify.contracts.corpus import load_corpus
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
     JUNIT,
+    MATRIX,
     MUTATION_REPORT,
     MUTMUT_REPORT,
     RELEASE_REPORT_TYPE,
@@ -166,6 +167,8 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
         allowed.add(MUTATION_REPORT)
     if ev.get("mutmut") is not None:
         allowed.add(MUTMUT_REPORT)
+    if ev.get("matrix") is not None:
+        allowed.add(MATRIX)
     allowed.add(SIGNATURES)  # optional: the DSSE envelopes, checked by `verify --key`
     unsafe = sorted(n for n in allowed if not _plain_name(n))
     for name in unsafe:
@@ -259,7 +262,17 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
         mutmut_report = _json(bundle / MUTMUT_REPORT, v)
         if mutmut_report is None:
             return
-    run = RunResults(results, junit_path.read_bytes(), report, ev["mutants"].get("reason", ""), mutmut_report)
+    matrix = None
+    if ev.get("matrix") is not None:
+        if not (bundle / MATRIX).is_file():
+            v.problems.append(f"{MATRIX}: missing, cannot re-derive the engines matrix")
+            return
+        matrix = _json(bundle / MATRIX, v)
+        if matrix is None:
+            return
+    run = RunResults(
+        results, junit_path.read_bytes(), report, ev["mutants"].get("reason", ""), mutmut_report, matrix
+    )
     try:
         rebuilt = build(
             root,
