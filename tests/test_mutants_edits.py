@@ -136,3 +136,19 @@ def test_move_out_of_the_enclosing_block() -> None:
 def test_comments_above_a_deleted_statement_stay() -> None:
     source = "def f():\n    a()\n    # why b\n    b()\n    c()\n"
     assert apply(source, Edit("f", "delete", "b()")).mutated == "def f():\n    a()\n    # why b\n    c()\n"
+
+
+def test_overloaded_method_is_its_implementation() -> None:
+    # typing.overload stubs come first and hold no statement; the implementation is the last definition.
+    source = (
+        "class S:\n"
+        "    @overload\n"
+        "    def pick(self, u: float) -> int: ...\n"
+        "    @overload\n"
+        "    def pick(self, u: list) -> list: ...\n"
+        "    def pick(self, u):\n"
+        "        z = u / 2\n"
+        "        return z\n"
+    )
+    applied = apply(source, Edit("S.pick", "replace", "z = u / 2", replacement="z = u * 2"))
+    assert "z = u * 2" in applied.mutated and applied.mutated.count("def pick") == 3

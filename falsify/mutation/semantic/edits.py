@@ -171,13 +171,14 @@ class _Statements(cst.CSTVisitor):
 
 
 def find_function(module: cst.Module, qualname: str) -> cst.FunctionDef | None:
-    """The function `qualname` names: `f`, `Class.method`, `outer.inner`."""
+    """The function `qualname` names: `f`, `Class.method`, `outer.inner`. Where a name is defined more than once
+    (typing.overload stubs before the implementation, a later redefinition), the last definition: the one Python
+    binds."""
     body: Sequence[cst.CSTNode] = module.body
     node: cst.CSTNode | None = None
     for part in qualname.split("."):
-        node = next(
-            (n for n in body if isinstance(n, cst.FunctionDef | cst.ClassDef) and n.name.value == part), None
-        )
+        defs = [n for n in body if isinstance(n, cst.FunctionDef | cst.ClassDef) and n.name.value == part]
+        node = defs[-1] if defs else None
         if node is None:
             return None
         inner = node.body
