@@ -43,8 +43,8 @@ predictions:
     domain: {}
     if_fails: a gap
   - id: FALSIFY-TYPED-003
-    claim: wild is anything
-    formula: wild == wild or wild != wild
+    claim: wild is not zero (NaN is allowed, and is not zero)
+    formula: wild != 0.0 * scale
     domain:
       scale: {type: float, min: 0.5, max: 2.0}
     if_fails: never
