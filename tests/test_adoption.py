@@ -68,6 +68,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
             "--python",
             str(python),
             "install",
+            # the borrowed site-packages may hold this checkout's editable install: pip must not call that
+            # "already satisfied" (its import hook does not load from a borrowed path)
+            "--ignore-installed",
             "--no-deps",
             "--no-index",
             "-q",
@@ -223,7 +226,8 @@ def test_the_reference_engine_is_its_own_opt_in_distribution(
     )
     borrowed = (bin_dir.parent / "lib").glob("python*/site-packages/borrowed-dependencies.pth")
     shutil.copy2(next(borrowed), Path(purelib.stdout.strip()) / "borrowed-dependencies.pth")
-    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q"]
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--ignore-installed", "--no-deps"]
+    pip += ["--no-index", "-q"]
     assert run([*pip, str(harness), str(wheel)], tmp_path, env).returncode == 0
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -138,7 +138,13 @@ def conformance(engine: Any) -> list[Conformance]:
 def check_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
     """load_engine, then refuse an engine that claims a capability without its methods. A wire engine's
     capabilities come from its handshake, checked (and reported per prediction) when the run starts."""
-    engine = load_engine(spec, roots)
+    # A check only reads the engine: importing it must not leave __pycache__ in the project (falsify mutants
+    # promises an untouched working tree, and runs this check before any scratch copy exists).
+    previous, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        engine = load_engine(spec, roots)
+    finally:
+        sys.dont_write_bytecode = previous
     if is_wire(spec):
         return engine
     broken = [r for r in conformance(engine) if r.lacking]
