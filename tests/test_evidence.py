@@ -497,8 +497,8 @@ def test_mutants_not_run_is_said_and_is_no_go(copy: Path, verify: Verify) -> Non
     assert verify(root, "nomut", "--require-go")[0] == 1
 
 
-def test_survivor_and_falsified_prediction_are_no_go(copy: Path, verify: Verify) -> None:
-    """A real falsification: the engine's add is broken in the copy; the gate fails and the bundle says so."""
+def red_bundle(copy: Path) -> Path:
+    """Break the copy's add (total off by one) and write its bundle to red/ with a surviving mutant: NO-GO."""
     root = copy / "proj"
     engine = root / "tinyengine" / "engine.py"
     engine.write_text(
@@ -518,6 +518,12 @@ def test_survivor_and_falsified_prediction_are_no_go(copy: Path, verify: Verify)
         str(copy / "survived.json"),
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    return root
+
+
+def test_survivor_and_falsified_prediction_are_no_go(copy: Path, verify: Verify) -> None:
+    """A real falsification: the engine's add is broken in the copy; the gate fails and the bundle says so."""
+    root = red_bundle(copy)
     stmts = statements(root / "red")
     assert stmts[0]["predicate"]["result"] == "FAILED"
     assert stmts[0]["predicate"]["failedTests"] == [

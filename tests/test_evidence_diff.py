@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_evidence import ENGINE, built, copy, falsify_cli, stryker_report
+from test_evidence import built, copy, falsify_cli, red_bundle
 
 from falsify.evidence.diff import diff
 
@@ -18,25 +18,7 @@ def test_same_bundle_twice_is_no_regression(copy: Path) -> None:
 
 
 def test_a_surviving_mutant_and_a_falsified_prediction_are_regressions(copy: Path) -> None:
-    root = copy / "proj"
-    engine = root / "tinyengine" / "engine.py"
-    engine.write_text(
-        engine.read_text(encoding="utf-8").replace("total = a + b", "total = a + b + 1"), encoding="utf-8"
-    )
-    (copy / "survived.json").write_text(json.dumps(stryker_report("Survived")), encoding="utf-8")
-    proc = falsify_cli(
-        root,
-        "evidence",
-        "--out",
-        "red",
-        "--engine",
-        ENGINE,
-        "--sources",
-        "tinyengine/**/*.py",
-        "--mutants-report",
-        str(copy / "survived.json"),
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    root = red_bundle(copy)
     proc = falsify_cli(root, "evidence", "diff", "evidence", "red")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
