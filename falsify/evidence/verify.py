@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 
-from falsify.contracts.corpus import load_corpus
+from falsify.contracts.corpus import contract_dirs, load_corpus
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
     JUNIT,
@@ -44,6 +44,7 @@ from falsify.evidence.tree import (
     source_files,
     weights_files,
 )
+from falsify.project import find_project
 
 MAX_JSON_BYTES = 256 << 20  # a bundle's statements, results and reports are parsed whole: bounded first
 
@@ -245,9 +246,14 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
         report = _json(bundle / MUTATION_REPORT, v)
         if report is None:
             return
-    corpus = load_corpus(
-        [root / inputs.contracts] + ([root / inputs.mutants] if (root / inputs.mutants).is_dir() else [])
+    # The corpus `falsify evidence` read: the project's contracts, its packs' (pyproject.toml, which names the
+    # packs, is pinned among the configuration digests), and its mutants.
+    dirs = (
+        contract_dirs(find_project(root))
+        if (root / "pyproject.toml").is_file()
+        else [root / inputs.contracts]
     )
+    corpus = load_corpus(dirs + ([root / inputs.mutants] if (root / inputs.mutants).is_dir() else []))
     if corpus.problems:
         v.problems += [f"{p} (contracts no longer lint)" for p in corpus.problems]
         return
