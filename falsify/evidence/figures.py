@@ -145,7 +145,7 @@ def tolerances(ev: dict[str, Any]) -> tuple[str, str] | None:
     hi = max(hi, lo + 1)
     left = 8.0 + 7.0 * max(len(_short(pid)) for pid, *_ in rows)
     plot, row_h, top = 520.0, 18.0, 26.0
-    width, height = left + plot + 70, top + row_h * len(rows) + 12
+    width, height = left + plot + 130, top + row_h * len(rows) + 12
 
     def x_of(v: float) -> float:
         return left + plot * (math.log10(v) - lo) / (hi - lo)
