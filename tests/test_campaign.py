@@ -49,3 +49,19 @@ def test_unknown_prediction_and_bad_seeds_are_usage_errors(tmp_path: Path) -> No
     assert proc.returncode == 2 and "no prediction FALSIFY-NOPE-001" in proc.stderr, proc.stderr
     proc = campaign(root, "--seeds", "0")
     assert proc.returncode == 2, proc.stdout + proc.stderr
+
+
+def test_a_pack_prediction_is_run_and_judged_like_the_projects_own() -> None:
+    """This repository's serving contracts live in a pack (falsify/packs/serving): a shard must read them too."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-m", "falsify.cli", "campaign", "--seeds", "1", "--profile", "ci"]
+        + ["FALSIFY-SERVE-CANCEL-002"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    assert "FALSIFY-SERVE-CANCEL-002 seed 0: PASS" in proc.stdout, proc.stdout[-3000:]

@@ -63,7 +63,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run_shard(
     root: Path,
-    contracts: str,
     engine: str,
     profile: str,
     pid: str,
@@ -72,13 +71,15 @@ def run_shard(
     timeout: float,
 ) -> dict[str, Any]:
     """One shard in the project at `root` (the checkout, or a Ray worker's unpacked snapshot)."""
-    from falsify.contracts.corpus import load_corpus
-
+    # The project as the shard sees it (the checkout or a worker's snapshot): its contracts and its packs', as the
+    # gate reads them; a pack's prediction is judged like the project's own.
+    project = find_project(root)
+    corpus, _ = lint_project(project)
     with tempfile.TemporaryDirectory(prefix="falsify-campaign-") as tmp:
         results = Path(tmp) / "results.json"
         argv = falsifier_args(
             nodeids,
-            contracts=root / contracts,
+            contracts=project.contracts,
             results=results,
             engine=engine,
             extra=[f"--hypothesis-seed={seed}", "--tb=short"],
@@ -105,7 +106,6 @@ def run_shard(
             "outcome": "ERROR",
             "detail": f"no results; pytest said:\n{tail}",
         }
-    corpus = load_corpus([root / contracts])
     row = next((r for r in per_prediction(corpus, data) if r.id == pid), None)
     outcome = row.outcome.value if row else Outcome.NOT_RUN.value
     detail = row.detail if row else "not run"
@@ -148,13 +148,12 @@ def run(args: argparse.Namespace) -> int:
     if not shards:
         print("campaign: no falsifier bound to the chosen predictions (nothing run is never a pass)")
         return EXIT_EMPTY
-    contracts = project.contracts.relative_to(project.root).as_posix()
     print(
         f"campaign: {len(shards)} shards ({len({p for p, _ in shards})} predictions x {args.seeds} seeds), "
         f"profile {args.profile}, engine {engine!r}, executor {args.executor}",
         flush=True,
     )
-    tasks = [(contracts, engine, args.profile, pid, bound[pid], seed, args.timeout) for pid, seed in shards]
+    tasks = [(engine, args.profile, pid, bound[pid], seed, args.timeout) for pid, seed in shards]
     rows = []
     for done, result in enumerate(
         executors.run_tasks(run_shard, tasks, project.root, args.executor, args.address, args.jobs), 1
