@@ -156,7 +156,10 @@ def run(args: argparse.Namespace) -> int:
     tasks = [(engine, args.profile, pid, bound[pid], seed, args.timeout) for pid, seed in shards]
     rows = []
     for done, result in enumerate(
-        executors.run_tasks(run_shard, tasks, project.root, args.executor, args.address, args.jobs), 1
+        executors.run_tasks(
+            run_shard, tasks, project.root, args.executor, args.address, args.jobs, project.copy_exclude
+        ),
+        1,
     ):
         rows.append(result)
         print(

@@ -81,8 +81,9 @@ def snapshot(root: Path, skip: Callable[[Path], bool]) -> tuple[str, bytes]:
     return hashlib.sha256(data).hexdigest(), data
 
 
-def skipper(scratch: Scratch) -> Callable[[Path], bool]:
-    """What a scratch copy leaves out, as a predicate on paths relative to the project root."""
+def skipper(exclude: tuple[str, ...] = ()) -> Callable[[Path], bool]:
+    """What a scratch copy leaves out (plus the project's copy_exclude), as a predicate on paths relative to the
+    project root."""
     from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
 
     def skip(rel: Path) -> bool:
@@ -90,7 +91,7 @@ def skipper(scratch: Scratch) -> Callable[[Path], bool]:
         if any(fnmatch.fnmatch(p, pattern) for p in parts for pattern in IGNORE_ANYWHERE):
             return True
         top = parts[0]
-        return top in IGNORE_TOP or any(fnmatch.fnmatch(top, p) for p in scratch.exclude)
+        return top in IGNORE_TOP or any(fnmatch.fnmatch(top, p) for p in exclude)
 
     return skip
 
@@ -115,15 +116,14 @@ def unpack(digest: str, data: bytes) -> Path:
     return base
 
 
-def run_one(
-    digest: str, data: bytes, settings: Settings, control: Control, mutant_id: str, timeout: float
+def run_mutant_in(
+    root: Path, settings: Settings, control: Control, mutant_id: str, timeout: float
 ) -> MutantResult:
-    """One Ray task: this mutant's falsifiers in a scratch copy of the snapshot, on whatever node runs it."""
+    """One mutant's falsifiers in a scratch copy of the project at `root` (a node's unpacked snapshot)."""
     from falsify.mutation.semantic.runner import Runner, load
     from falsify.mutation.semantic.scratch import Scratch
     from falsify.project import find_project
 
-    root = unpack(digest, data)
     project, corpus, problems = load(find_project(root))
     if problems:
         raise ExecutorError(f"the snapshot does not lint on the worker: {problems[0]}")
@@ -137,33 +137,44 @@ def run_one(
 def run_ray(
     runner: Runner, scratch: Scratch, mutants: list[Mutant], timeout: float, address: str
 ) -> Iterator[MutantResult]:
+    assert runner.control is not None
+    tasks = [(runner.settings, runner.control, m.id, timeout) for m in mutants]
+    return ray_tasks(run_mutant_in, tasks, runner.project.root, address, scratch.exclude, runner.say)
+
+
+def ray_tasks(
+    fn: Callable[..., Any],
+    tasks: list[tuple[Any, ...]],
+    root: Path,
+    address: str,
+    exclude: tuple[str, ...] = (),
+    say: Callable[[str], None] | None = None,
+) -> Iterator[Any]:
+    """fn(node_root, *task) as one Ray task each, in completion order, over one snapshot of `root` put into the
+    object store once and unpacked once per node; a task whose worker or node dies is retried."""
     try:
         import ray
     except ImportError:
         raise ExecutorError(
             "--executor ray needs Ray: pip install 'falsify-harness[ray]' (or pip install ray)"
         ) from None
-    assert runner.control is not None
-    digest, data = snapshot(runner.project.root, skipper(scratch))
+    digest, data = snapshot(root, skipper(exclude))
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ExecutorError(f"no Ray cluster at {address!r}: {exc}") from None
     try:
-        task = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(run_one)
+        remote = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(_in_snapshot)
         ref = ray.put(data)
-        runner.say(
-            f"mutants: ray — snapshot {digest[:12]} ({len(data) / 1e6:.1f} MB) in the object store; "
-            f"{len(mutants)} tasks on {int(ray.cluster_resources().get('CPU', 0))} CPUs"
-        )
-        pending = {
-            task.remote(digest, ref, runner.settings, runner.control, m.id, timeout): m for m in mutants
-        }
+        if say is not None:
+            say(
+                f"mutants: ray — snapshot {digest[:12]} ({len(data) / 1e6:.1f} MB) in the object store; "
+                f"{len(tasks)} tasks on {int(ray.cluster_resources().get('CPU', 0))} CPUs"
+            )
+        pending = [remote.remote(digest, ref, fn, task) for task in tasks]
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for r in ready:
-                pending.pop(r)
-                yield ray.get(r)
+            ready, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(ready[0])
     finally:
         ray.shutdown()
 
@@ -175,45 +186,26 @@ def run_tasks(
     executor: str,
     address: str | None,
     jobs: int = 0,
+    exclude: tuple[str, ...] = (),
 ) -> Iterator[Any]:
     """fn(project_root, *task) for every task, in completion order: on local threads in `root` itself, or as Ray
     tasks in a snapshot of `root` unpacked on each node (fn must be a module-level function, pure in its args)."""
-    if executor == "local":
-        from falsify.mutation.semantic.runner import available_cores
-
-        with ThreadPoolExecutor(max_workers=max(1, min(jobs or available_cores(), len(tasks) or 1))) as pool:
-            futures = [pool.submit(fn, root, *task) for task in tasks]
-            for future in as_completed(futures):
-                yield future.result()
-        return
-    if executor != "ray":
+    if executor == "ray":
+        return ray_tasks(fn, tasks, root, address or "auto", exclude)
+    if executor != "local":
         raise ExecutorError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
-    try:
-        import ray
-    except ImportError:
-        raise ExecutorError("--executor ray needs Ray: pip install 'falsify-harness[ray]'") from None
-    from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
+    return _local_tasks(fn, tasks, root, jobs)
 
-    def skip(rel: Path) -> bool:
-        return (
-            any(fnmatch.fnmatch(p, pat) for p in rel.parts for pat in IGNORE_ANYWHERE)
-            or rel.parts[0] in IGNORE_TOP
-        )
 
-    digest, data = snapshot(root, skip)
-    try:
-        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ExecutorError(f"no Ray cluster at {address!r}: {exc}") from None
-    try:
-        remote = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(_in_snapshot)
-        ref = ray.put(data)
-        pending = [remote.remote(digest, ref, fn, task) for task in tasks]
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(ready[0])
-    finally:
-        ray.shutdown()
+def _local_tasks(
+    fn: Callable[..., Any], tasks: list[tuple[Any, ...]], root: Path, jobs: int
+) -> Iterator[Any]:
+    from falsify.mutation.semantic.runner import available_cores
+
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs or available_cores(), len(tasks) or 1))) as pool:
+        futures = [pool.submit(fn, root, *task) for task in tasks]
+        for future in as_completed(futures):
+            yield future.result()
 
 
 def _in_snapshot(digest: str, data: bytes, fn: Callable[..., Any], task: tuple[Any, ...]) -> Any:
