@@ -38,8 +38,8 @@ class Diff:
     compared: dict[str, int] = field(default_factory=dict)
 
 
-def load_evidence(bundle: Path) -> dict[str, Any]:
-    """The contract-evidence predicate of a bundle, or EvidenceError naming the file."""
+def load_evidence(bundle: Path) -> tuple[dict[str, Any], list[Any]]:
+    """(predicate, subjects) of a bundle's contract-evidence statement, or EvidenceError naming the file."""
     path = bundle / STATEMENTS
     if not bundle.is_dir():
         raise EvidenceError(f"{bundle}: not a directory")
@@ -60,7 +60,8 @@ def load_evidence(bundle: Path) -> dict[str, Any]:
             predicate = statement.get("predicate")
             if not isinstance(predicate, dict) or not isinstance(predicate.get("predictions"), list):
                 raise EvidenceError(f"{path}:{number}: contract evidence without a predictions list")
-            return predicate
+            subject = statement.get("subject")
+            return predicate, subject if isinstance(subject, list) else []
     raise EvidenceError(f"{path}: no contract-evidence statement")
 
 
@@ -88,15 +89,6 @@ def _identity(evidence: dict[str, Any], subjects: list[Any]) -> dict[str, str]:
         if isinstance(d, dict) and isinstance(d.get("digest"), dict):
             out[str(d.get("name"))] = str(d["digest"].get("sha256"))
     return out
-
-
-def _subjects(bundle: Path) -> list[Any]:
-    for line in (bundle / STATEMENTS).read_text(encoding="utf-8").splitlines():
-        statement = json.loads(line)
-        if isinstance(statement, dict) and statement.get("predicateType") == CONTRACT_EVIDENCE_TYPE:
-            subject = statement.get("subject")
-            return subject if isinstance(subject, list) else []
-    return []
 
 
 def _numbers(values: Any, prefix: str = "") -> dict[str, float]:
@@ -220,7 +212,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     if not (args.factor > 1 and math.isfinite(args.factor)):
         raise EvidenceError(f"--factor must be a finite number > 1, got {args.factor}")
-    old, new = load_evidence(args.old), load_evidence(args.new)
-    d = diff(old, new, factor=args.factor, old_subjects=_subjects(args.old), new_subjects=_subjects(args.new))
+    (old, old_subjects), (new, new_subjects) = load_evidence(args.old), load_evidence(args.new)
+    d = diff(old, new, factor=args.factor, old_subjects=old_subjects, new_subjects=new_subjects)
     print(render(d, args.old, args.new, args.factor))
     return 1 if d.regressions else 0
