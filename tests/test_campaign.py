@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 TOY = Path(__file__).parent / "fixtures" / "mutants" / "toy"
+CAMPAIGN = [sys.executable, "-m", "falsify.cli", "campaign"]
 
 
 def campaign(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "falsify.cli", "campaign", "--engine", "toy.engine:ToyEngine", *args],
+        [*CAMPAIGN, "--engine", "toy.engine:ToyEngine", *args],
         cwd=root,
         capture_output=True,
         text=True,
@@ -55,8 +56,7 @@ def test_a_pack_prediction_is_run_and_judged_like_the_projects_own() -> None:
     """This repository's serving contracts live in a pack (falsify/packs/serving): a shard must read them too."""
     root = Path(__file__).resolve().parent.parent
     proc = subprocess.run(
-        [sys.executable, "-m", "falsify.cli", "campaign", "--seeds", "1", "--profile", "ci"]
-        + ["FALSIFY-SERVE-CANCEL-002"],
+        [*CAMPAIGN, "--seeds", "1", "--profile", "ci", "FALSIFY-SERVE-CANCEL-002"],
         cwd=root,
         capture_output=True,
         text=True,
