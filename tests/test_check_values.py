@@ -119,6 +119,22 @@ def test_list_elements_and_nonfinite_floats_where_declared(typed: Seen) -> None:
         falsify.check("FALSIFY-TYPED-003", wild=1.0, scale=3.0)
 
 
+def test_a_value_nested_without_end_is_a_named_error_not_a_recursion_error(typed: Seen) -> None:
+    loop: list[object] = [1]
+    loop.append(loop)  # a list that holds itself
+    deep: list[object] = [1]
+    for _ in range(10_000):
+        deep = [deep]
+    typed.start()
+    for value in (loop, deep, (deep,)):
+        with pytest.raises(
+            falsify.ObservationError,
+            match=r"FALSIFY-TYPED-002: gaps \(.*typed-v1.yaml:\d+\): nested deeper than 64",
+        ):
+            falsify.check("FALSIFY-TYPED-002", gaps=value)
+    assert typed == []
+
+
 def test_an_empty_quantification_is_recorded_vacuous(typed: Seen) -> None:
     typed.start()
     falsify.check("FALSIFY-TYPED-002", gaps=[])

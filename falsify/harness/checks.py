@@ -58,14 +58,20 @@ def prediction(prediction_id: str) -> Prediction:
     return predictions[prediction_id]
 
 
-def plain(value: Any) -> Any:
-    """Observed values as plain Python: numpy scalars and arrays become numbers and lists."""
+MAX_NESTING = 64  # lists in lists an observed value may hold (numpy's own limit on an array's dimensions)
+
+
+def plain(value: Any, _depth: int = 0) -> Any:
+    """Observed values as plain Python: numpy scalars and arrays become numbers and lists. A value nested deeper
+    than MAX_NESTING (a list that holds itself, say) raises ObservationError, not RecursionError."""
+    if _depth > MAX_NESTING:
+        raise ObservationError(f"nested deeper than {MAX_NESTING} lists (a list that contains itself?)")
     if hasattr(value, "tolist") and callable(value.tolist):
-        return value.tolist()
-    if isinstance(value, tuple):
-        return [plain(v) for v in value]
-    if isinstance(value, list):
-        return [plain(v) for v in value]
+        value = value.tolist()  # an object array's items may be anything: they are made plain below
+        if not isinstance(value, list):
+            return value
+    if isinstance(value, tuple | list):
+        return [plain(v, _depth + 1) for v in value]
     if isinstance(value, bytes):
         return value.hex()
     return value
@@ -83,8 +89,13 @@ def check(prediction_id: str, **observed: Any) -> None:
         raise ContractError(
             f"{prediction_id}: {', '.join(unknown)} not declared in {contract.file}; declared: {', '.join(sorted(declared))}"
         )
-    values = {name: plain(v) for name, v in observed.items()}
     where = f"{p.file}:{p.line}"
+    values = {}
+    for name, v in observed.items():
+        try:
+            values[name] = plain(v)
+        except ObservationError as exc:
+            raise ObservationError(f"{prediction_id}: {name} ({where}): {exc}") from None
     for name, value in values.items():
         if name in p.domain:
             _check_parameter(prediction_id, where, name, value, p.domain[name])
