@@ -194,6 +194,13 @@ def test_greedy_breaks_ties_by_the_lower_id() -> None:
     assert greedy(np.array([1.0, 3.0, 3.0, 2.0])) == 1
 
 
+class CancelNoPolls:
+    """Has is_cancelled() but no poll counter: the run record could not count its polls."""
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -220,12 +227,14 @@ def test_sampler_refuses_logits_of_the_wrong_shape() -> None:
 @pytest.mark.parametrize(
     ("prompt", "max_tokens", "stops", "message"),
     [
-        ([], 4, (), "prompt is empty"),
+        ([], 4, (), "^prompt is empty: generate needs at least one token to prefill$"),
         ([1, 512, 3], 4, (), r"prompt\[1\] = 512 is outside the vocabulary \[0, 512\)"),
         ([1, -1], 4, (), r"prompt\[1\] = -1 is outside the vocabulary"),
         ([1, 2.0], 4, (), r"prompt\[1\] is 2.0, not an int token id"),
         ([1, True], 4, (), r"prompt\[1\] is True, not an int token id"),
         ("abc", 4, (), "prompt must be a sequence of token ids, got str"),
+        (7, 4, (), "^prompt must be a sequence of token ids, got int$"),
+        ([1], 4, 3, "^stop_tokens must be a sequence of token ids, got int$"),
         ([1, 2], -1, (), "max_tokens must be an int >= 0, got -1"),
         ([1, 2], 2.0, (), "max_tokens must be an int >= 0, got 2.0"),
         ([1, 2], 4, (9999,), r"stop_tokens\[0\] = 9999 is outside the vocabulary"),
@@ -253,9 +262,11 @@ def test_bad_requests_are_refused_before_touching_state(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"cancel": 3}, "cancel must be a CancelToken"),
-        ({"sampler": "greedy"}, "sampler must be callable"),
-        ({"on_token": []}, "on_token must be callable or None"),
+        ({"cancel": 3}, r"cancel must be a CancelToken \(is_cancelled\(\) and polls\), got int$"),
+        ({"cancel": Sampler()}, r"cancel must be a CancelToken .*got Sampler$"),  # no is_cancelled, no polls
+        ({"cancel": CancelNoPolls()}, r"cancel must be a CancelToken .*got CancelNoPolls$"),
+        ({"sampler": "greedy"}, r"sampler must be callable \(logits \[vocab\] -> token id\), got str$"),
+        ({"on_token": []}, r"on_token must be callable or None, got list$"),
     ],
 )
 def test_bad_collaborators_are_refused_before_touching_state(
@@ -369,3 +380,51 @@ def test_reset_keeps_the_sessions_pool(model: Any) -> None:
     session.reset()
     assert session.state.pool is pool and old.released and session.history == []
     assert pool.counts()[1] == 0  # the old state's pages went back; the fresh state holds none yet
+
+
+def test_one_token_over_two_runs_reports_each_runs_own_polls(model: Any) -> None:
+    """A token polled by an earlier run: the second run's record counts only its own polls (what the token's
+    counter moved by while it ran), not the token's total."""
+    cancel = CancelToken.with_budget(100)
+    session = Session(model)
+    first = session.generate([5, 6, 7], 3, cancel=cancel)
+    assert (first.polls, cancel.polls) == (3, 3)
+    second = session.generate([5, 6, 7, *first.tokens, 9], 2, cancel=cancel)
+    assert (second.polls, cancel.polls) == (2, 5)
+    assert (second.prompt_len, second.reused) == (
+        3 + 3 + 1,
+        3 + 2,
+    )  # the last emitted token was never fed back
+
+
+def test_a_session_takes_its_first_state_from_the_pool_it_is_given(model: Any) -> None:
+    pool = model.new_pool(8)
+    session = Session(model, pool=pool)
+    assert session.state.pool is pool
+    session.generate(list(range(1, 20)), 1)
+    assert pool.counts()[1] > 0  # the prompt's KV pages came out of this pool
+
+
+def test_a_draw_on_an_interval_edge_belongs_to_the_next_token() -> None:
+    """Token i owns the half-open interval [cdf[i-1], cdf[i]) of the scaled draw: two equal logits split [0, 1)
+    at exactly 0.5, and 0.5 itself is the second token's."""
+    logits = np.zeros(2)
+    assert Sampler().pick(logits, np.array([0.0, np.nextafter(0.5, 0.0), 0.5, 0.75])).tolist() == [0, 0, 1, 1]
+
+
+def test_a_vocabulary_of_one_token_is_sampled_not_refused() -> None:
+    logits = np.array([0.25])
+    assert (
+        greedy(logits) == 0 and Sampler()(logits) == 0 and Sampler(top_k=1, top_p=0.5).pick(logits, 0.9) == 0
+    )
+    with pytest.raises(ValueError, match=r"sampler wants logits of shape \[vocab\], got shape \(0,\)"):
+        greedy(np.array([]))
+
+
+def test_the_default_seed_is_zero() -> None:
+    logits = np.linspace(0.0, 2.0, 16)
+
+    def draws(sampler: Sampler) -> list[int]:
+        return [sampler(logits) for _ in range(20)]
+
+    assert Sampler().seed == 0 and draws(Sampler()) == draws(Sampler(seed=0)) != draws(Sampler(seed=1))
