@@ -9,6 +9,7 @@ run the real model.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -302,3 +303,65 @@ def test_state_digest_and_bytes_before_and_after_release() -> None:
     assert len(done) == 64 and done != hashlib.sha256(live).hexdigest()
     with pytest.raises(StreamError, match="state_bytes: stream 0 is done; its lane was released"):
         host.state_bytes(a)
+
+
+def test_round_reports_name_each_stream_and_the_counters_count() -> None:
+    """Two streams, traced round by round: which streams decoded, which prefilled (stream, start, end), which
+    emitted and which finished; then the per-stream counters and the rounds run() reports."""
+    host = LaneHost(Toy(), chunk_cap=4, pages=64, page_size=8)
+    a = host.submit(prompt_of(6, 1), 2)  # two chunks: 0-4, 4-6
+    b = host.submit(prompt_of(3, 2), 3)  # one chunk: 0-3
+    assert (a, b) == (0, 1) and host.rounds == 0
+    reports = [host.round() for _ in range(4)]
+    assert [(r.round, r.decoded, r.prefilled, r.emitted, r.finished) for r in reports] == [
+        (1, (), (a, 0, 4), (), ()),
+        (2, (), (b, 0, 3), (b,), ()),
+        (3, (b,), (a, 4, 6), (b, a), ()),
+        (4, (a, b), None, (a, b), (a, b)),  # decode in submission order
+    ]
+    counters = {s: (host.stats(s).prefill_chunks, host.stats(s).decode_forwards) for s in (a, b)}
+    assert counters == {a: (2, 1), b: (1, 2)}
+    assert not host.busy() and host.run() == 0 and host.rounds == 4
+    c = host.submit(prompt_of(9, 3), 4)
+    assert c == 2
+    assert host.run(max_rounds=2) == 2 and host.busy() and host.stats(c).prefill_chunks == 2
+    assert host.run() == 4 and host.stats(c).phase is Phase.DONE and len(host.tokens(c)) == 4
+
+
+def test_a_resumed_stream_keeps_the_hosts_chunk_cap() -> None:
+    host = LaneHost(Toy(), chunk_cap=8, pages=64, page_size=8)
+    sid = host.submit(prompt_of(40, 6), 1)
+    host.round()
+    host.cancel(sid)
+    host.resume(sid)
+    assert [host.round().prefilled for _ in range(4)] == [
+        (sid, 8, 16),
+        (sid, 16, 24),
+        (sid, 24, 32),
+        (sid, 32, 40),
+    ]
+    with pytest.raises(StreamError, match=rf"^resume: stream {sid} is {Phase.DONE}, not paused$"):
+        host.resume(sid)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "8"])
+def test_max_streams_must_be_an_int_of_at_least_one(bad: object) -> None:
+    with pytest.raises(
+        ValueError, match=rf"^LaneHost: max_streams must be an int >= 1, got {re.escape(repr(bad))}$"
+    ):
+        LaneHost(Toy(), max_streams=bad)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError, match=rf"^submit: max_tokens must be an int >= 1, got {re.escape(repr(bad))}$"
+    ):
+        LaneHost(Toy()).submit([1], bad)  # type: ignore[arg-type]
+
+
+def test_the_defaults_one_lane_and_the_exact_limits_are_admitted() -> None:
+    host = LaneHost(Toy(), max_streams=1)
+    assert host.pool() == (256, 0, 256) and host.max_streams == 1 and host.chunk_cap == 4
+    sid = host.submit(prompt_of(400, 7), 113)  # 512 positions: the model's whole context, 32 pages of 16
+    assert host.pool() == (224, 32, 256) and host.stats(sid).pages == 32
+    host.leave(sid)
+    small = LaneHost(Toy(), chunk_cap=4, pages=2, page_size=8)
+    small.submit(prompt_of(10, 8), 7)  # 16 positions: exactly the 2 free pages
+    assert small.pool() == (0, 2, 2)

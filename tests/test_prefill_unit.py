@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -119,3 +120,87 @@ def test_kept_prefix_restore_takes_the_longest_strictly_extended(model: Any) -> 
     assert same.pos == 10
     unrelated = Prefill.open(model, model.new_state(), [9] * 20, kept=KeptPrefix(short.tokens, short.state))
     assert unrelated.pos == 0  # the snapshot's tokens are not a prefix of this prompt
+
+
+@pytest.mark.parametrize("cap", [0, -64, True, 64.0, 2.5, "64"])
+def test_a_chunk_cap_that_is_not_an_int_of_at_least_one_is_refused_by_name(model: Any, cap: Any) -> None:
+    with pytest.raises(PrefillError, match=rf"^chunk_cap must be an int >= 1, got {re.escape(repr(cap))}$"):
+        chunk_width(Invariant(model), cap)
+
+
+def test_the_grid_refusal_says_why_and_an_invariant_model_takes_a_width_of_one(model: Any) -> None:
+    with pytest.raises(
+        PrefillError,
+        match=r"^chunk_cap 100 is not a multiple of the model's chunk_size 64: cuts off that grid would change "
+        r"the state bytes$",
+    ):
+        chunk_width(model, 100)
+    pf = Prefill.open(Invariant(model), model.new_state(), [4, 5, 6], chunk_cap=1)
+    assert pf.width == 1 and pf.cuts == (1, 2, 3)
+    assert chunk_width(Invariant(model), np.int64(2)) == 2  # type: ignore[arg-type]
+    assert type(chunk_width(model, np.int64(128))) is int  # type: ignore[arg-type]
+
+
+def test_a_fresh_pass_has_no_logits_and_keeps_chunk_logits_only_when_asked(model: Any) -> None:
+    prompt = list(range(1, 100))
+    pf = Prefill.open(model, model.new_state(), prompt, chunk_cap=128)
+    assert pf.width == 128 and pf.logits is None and pf.chunk_logits is None and pf.chunks_run == 0
+    assert pf.run() is True and pf.chunk_logits is None and pf.logits is not None
+    kept = Prefill.open(model, model.new_state(), prompt, keep_logits=True)
+    kept.run()
+    assert kept.chunk_logits is not None and [c.shape[0] for c in kept.chunk_logits] == [64, 35]
+    np.testing.assert_array_equal(kept.chunk_logits[-1][-1], kept.logits)
+
+
+def test_run_says_whether_the_pass_completed(model: Any) -> None:
+    from reference.cancel import CancelToken
+
+    pf = Prefill.open(model, model.new_state(), list(range(1, 140)))
+    assert pf.run(CancelToken.with_budget(2)) is False and pf.pos == 128 and pf.chunks_run == 2
+    assert pf.run(CancelToken.with_budget(5)) is True and pf.done and pf.chunks_run == 3
+
+
+@pytest.mark.parametrize(
+    ("prompt", "shown"),
+    [
+        ([1.5, 2.0], r"\(2,\) float64"),
+        ([[1, 2]], r"\(1, 2\) int64"),
+        (np.zeros((0, 3), np.int64), r"\(0, 3\) int64"),
+    ],
+)
+def test_a_prompt_that_is_not_a_flat_list_of_ints_is_refused(model: Any, prompt: Any, shown: str) -> None:
+    with pytest.raises(
+        PrefillError, match=rf"^prompt must be a non-empty 1-d sequence of ints, got {shown}$"
+    ):
+        Prefill.open(model, model.new_state(), prompt)
+
+
+def test_marks_and_starts_lie_strictly_inside_the_prompt(model: Any) -> None:
+    prompt = list(range(1, 11))
+    for name in ("marks", "starts"):
+        for bad in ([0], [10], [-1, 3]):
+            with pytest.raises(
+                PrefillError,
+                match=rf"^{name} must lie strictly inside the prompt \(0, 10\), got \[{bad[0]}\]$",
+            ):
+                Prefill.open(model, model.new_state(), prompt, **{name: bad})  # type: ignore[arg-type]
+    edge = Prefill.open(model, model.new_state(), prompt, marks=[1], starts=[9])
+    assert edge.cuts == (1, 9, 10)
+    edge.run()
+    assert [k.tokens for k in edge.kept] == [(1,)]
+
+
+def test_a_snapshot_no_further_than_the_state_is_not_restored(model: Any) -> None:
+    prompt = list(range(3, 40))
+    first = Prefill.open(model, model.new_state(), prompt, marks=[10])
+    first.run()
+    state = model.new_state()
+    model.forward(np.asarray(prompt[:10]), state)
+    resumed = Prefill.open(model, state, prompt, kept=first.kept)  # the snapshot holds what the state holds
+    assert resumed.state is state and not state.released and resumed.pos == 10
+
+
+def test_a_width_change_on_an_invariant_model_keeps_the_planned_starts(model: Any) -> None:
+    pf = Prefill.open(Invariant(model), model.new_state(), list(range(1, 200)), chunk_cap=64, starts=[150])
+    pf.step(width=128)
+    assert pf.cuts == (128, 150, 199)
