@@ -30,9 +30,9 @@ GOLDEN = Path(__file__).parent / "data" / "gguf" / "tiny-0-llamacpp-f32.json"
 PROMPT = np.random.default_rng(7).integers(0, 512, 150)  # odd length: two chunks of 64 and one of 22
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("gguf")
+@pytest.fixture()
+def exported(tmp_path: Path) -> dict[str, Path]:
+    out = tmp_path
     return {w: write_gguf(tiny_model(0), out / f"tiny-0-{w}.gguf", weights=w) for w in ("f32", "q4_k")}
 
 
