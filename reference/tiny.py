@@ -59,20 +59,26 @@ def tiny_model(seed: int = 0) -> Path:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"tiny_model: seed must be an int >= 0, got {seed!r}")
     target = cache_dir() / f"tiny-{seed}-v{TINY_VERSION}"
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+    if _complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{seed}-", dir=target.parent))
     try:
         write_tiny(tmp, seed)
+        if target.exists() and not _complete(target):  # a file deleted by hand: rename cannot replace it
+            shutil.rmtree(target, ignore_errors=True)
         try:
             os.rename(tmp, target)  # atomic; fails if another process got there first
         except OSError:
-            if not (target / "model.safetensors").is_file():
+            if not _complete(target):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _complete(directory: Path) -> bool:
+    return (directory / "config.json").is_file() and (directory / "model.safetensors").is_file()
 
 
 def write_tiny(directory: Path, seed: int, raw_config: dict[str, Any] | None = None) -> None:
