@@ -1,0 +1,42 @@
+"""reference/__init__.py: the public names resolve lazily to the objects their modules define."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import reference
+
+EXPORTS = {
+    "Q4_K": "reference.q4k",
+    "tiny_model": "reference.tiny",
+    "load_model": "reference.model",
+    "Session": "reference.session",
+    "CancelToken": "reference.cancel",
+    "LaneHost": "reference.lanes",
+}
+
+
+@pytest.mark.parametrize(("name", "module"), sorted(EXPORTS.items()))
+def test_export_is_the_modules_object(name: str, module: str) -> None:
+    assert getattr(reference, name) is getattr(importlib.import_module(module), name)
+
+
+def test_all_lists_the_exports() -> None:
+    assert reference.__all__ == sorted(EXPORTS)
+
+
+def test_unknown_name() -> None:
+    with pytest.raises(AttributeError) as e:
+        reference.tiny_modle  # noqa: B018 (the attribute access is the test)
+    assert str(e.value) == "module 'reference' has no attribute 'tiny_modle'"
+    assert not hasattr(reference, "weights_of")
+
+
+def test_import_loads_nothing_else() -> None:
+    code = "import sys, reference; print(sorted(m for m in sys.modules if m.startswith('reference')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "['reference']"
