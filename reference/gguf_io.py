@@ -339,7 +339,8 @@ def read_gguf(path: str | Path, keep_q4k: bool = True) -> tuple[Config, dict[str
     """A qwen35 GGUF's Config and its tensors under transformers' names (no prefix), in transformers' form.
 
     F32 and F16 tensors come back as float32; Q4_K tensors as StoredQ4K (keep_q4k) or dequantized; any other
-    ggml type is dequantized by gguf-py. Missing, misshapen or non-finite tensors raise WeightsError."""
+    ggml type is dequantized by gguf-py. Missing, misshapen or non-finite tensors, and tensors of a type gguf-py
+    cannot dequantize (F64, integers), raise WeightsError."""
     from gguf import GGMLQuantizationType, GGUFReader
     from gguf.quants import dequantize
 
@@ -379,7 +380,12 @@ def read_gguf(path: str | Path, keep_q4k: bool = True) -> tuple[Config, dict[str
         if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             values = np.array(t.data, dtype=np.float32).reshape(dims)
         else:
-            values = np.asarray(dequantize(np.asarray(t.data), kind), dtype=np.float32).reshape(dims)
+            try:
+                values = np.asarray(dequantize(np.asarray(t.data), kind), dtype=np.float32).reshape(dims)
+            except NotImplementedError:  # gguf-py dequantizes float and block-quant types, not F64 or I8..I64
+                raise WeightsError(
+                    f"{path}: tensor {gguf_name!r} has ggml type {kind.name}, which gguf-py cannot dequantize"
+                ) from None
         if not np.isfinite(values).all():
             raise WeightsError(f"{path}: tensor {gguf_name!r} holds NaN or inf")
         out[hf_name] = _from_gguf(values, transform, config)

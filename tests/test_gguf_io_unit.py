@@ -319,7 +319,7 @@ def rewrite(src: Path, out: Path, edit: Callable[[str, np.ndarray], tuple[np.nda
         new = edit(t.name, data)
         if new is None:
             w.add_tensor(t.name, data)
-        else:
+        else:  # raw_dtype None: gguf-py picks the type from the array's dtype
             w.add_tensor(t.name, new[0], raw_dtype=new[1])
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     return out
@@ -370,6 +370,21 @@ def test_a_nan_in_a_tensor_is_named(tmp_path: Path) -> None:
     path = rewrite(f32, tmp_path / "nan.gguf", nan)
     with pytest.raises(
         WeightsError, match=re.escape(f"{path}: tensor 'blk.2.ffn_down.weight' holds NaN or inf")
+    ):
+        read_gguf(path)
+
+
+def test_a_tensor_type_gguf_py_cannot_dequantize_is_named(tmp_path: Path) -> None:
+    f32 = write_gguf(tiny_model(0), tmp_path / "t.gguf")
+
+    def f64(name: str, data: np.ndarray) -> tuple[np.ndarray, Any] | None:
+        return (data.astype(np.float64), None) if name == "blk.0.ssm_a" else None
+
+    path = rewrite(f32, tmp_path / "f64.gguf", f64)
+    assert describe(path)["tensors"]["blk.0.ssm_a"]["type"] == "F64"
+    with pytest.raises(
+        WeightsError,
+        match=re.escape(f"{path}: tensor 'blk.0.ssm_a' has ggml type F64, which gguf-py cannot dequantize"),
     ):
         read_gguf(path)
 
