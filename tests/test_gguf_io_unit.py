@@ -232,6 +232,12 @@ def test_name_is_the_checkpoint_dir_or_the_file_stem(tmp_path: Path) -> None:
     assert read_gguf(from_file)[0] == tiny_config()  # config.json found beside the file
 
 
+def test_a_dotted_checkpoint_dir_keeps_its_whole_name(tmp_path: Path) -> None:
+    ckpt = tmp_path / "Qwen3.5-tiny.v1"  # a dir, not a file: no suffix to strip
+    shutil.copytree(tiny_model(0), ckpt)
+    assert describe(write_gguf(ckpt, tmp_path / "t.gguf"))["metadata"]["general.name"] == "Qwen3.5-tiny.v1"
+
+
 def test_written_atomically_through_a_hidden_sibling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "t.gguf"
     seen: list[Path] = []
