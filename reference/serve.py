@@ -244,7 +244,8 @@ class Engine:
         tokens = _ids(params, "tokens")
         if not tokens:
             raise Refusal(INVALID_PARAMS, "params.tokens: at least one token")
-        logits = self.handles[model_handle].forward(np.asarray(tokens, np.int64), state)
+        # the model checks and converts the ids, as in process: an id past int64 is its ValueError (INVALID_INPUT)
+        logits = self.handles[model_handle].forward(tokens, state)
         return {"logits": _f32(logits), "pos": state.pos}
 
     def do_prefill_open(self, params: dict[str, Any], rid: int, link: Link) -> dict[str, Any]:
