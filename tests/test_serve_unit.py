@@ -182,12 +182,15 @@ def test_an_unknown_method_is_method_not_found(method: str) -> None:
     assert (r.code, str(r)) == (METHOD_NOT_FOUND, f"no method {method!r}")
 
 
-def test_a_value_error_of_the_reference_is_invalid_input_without_its_traceback(f32: Any) -> None:
+@pytest.mark.parametrize("tokens", [[1, 512], [1, 2**64], [-(2**63) - 1]])  # past the vocabulary, past int64
+def test_a_value_error_of_the_reference_is_invalid_input_without_its_traceback(
+    f32: Any, tokens: list[int]
+) -> None:
     engine, _model = loaded()
     state = engine.serve("new_state", {"model": "model-1"}, 3, Recorder())["state"]
     with pytest.raises(ValueError) as local:
-        f32.forward(np.asarray([1, 512], np.int64), f32.new_state())
-    r = refusal(engine, "forward", {"state": state, "tokens": [1, 512]})
+        f32.forward(tokens, f32.new_state())
+    r = refusal(engine, "forward", {"state": state, "tokens": tokens})
     assert (r.code, str(r)) == (INVALID_INPUT, str(local.value))
     assert r.__cause__ is None and r.__suppress_context__
     assert engine.serve("state_digest", {"state": state}, 5, Recorder())["pos"] == 0
