@@ -104,12 +104,13 @@ class Model:
             layers: list[np.ndarray] = []
             logits[s : s + c.chunk_size] = self._chunk(ids[s : s + c.chunk_size], state, hidden=layers)
             hidden[:, s : s + c.chunk_size] = np.stack(layers)
-        n, shape_c = len(c.gdn_layers), (c.conv_dim, c.linear_conv_kernel_dim)
+        shape_c = (c.conv_dim, c.linear_conv_kernel_dim)
+        shape_r = (c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim)
         return {
             "logits": logits,
             "hidden": hidden,
-            "conv": np.stack(state.conv) if n else np.zeros((0, *shape_c), np.float32),
-            "recurrent": np.stack(state.recurrent) if n else np.zeros((0, 0, 0, 0), np.float32),
+            "conv": np.stack(state.conv) if c.gdn_layers else np.zeros((0, *shape_c), np.float32),
+            "recurrent": np.stack(state.recurrent) if c.gdn_layers else np.zeros((0, *shape_r), np.float32),
         }
 
     def gdn_decays(self, tokens: Any) -> np.ndarray:
@@ -121,8 +122,10 @@ class Model:
         probe: list[np.ndarray] = []
         for s in range(0, len(ids), self.config.chunk_size):
             self._chunk(ids[s : s + self.config.chunk_size], state, probe)
-        n = len(self.config.gdn_layers)
-        return np.stack([np.concatenate(probe[i::n]) for i in range(n)]) if n else np.zeros((0, len(ids), 0))
+        n, hv = len(self.config.gdn_layers), self.config.linear_num_value_heads
+        if not n:
+            return np.zeros((0, len(ids), hv), np.float32)
+        return np.stack([np.concatenate(probe[i::n]) for i in range(n)])
 
     def dense_state_dict(self) -> dict[str, np.ndarray]:
         """HF-named float32 tensors this model computes with (Q4_K projections dequantized), for oracles."""
