@@ -55,31 +55,43 @@ def checkpoints(engine, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def traces(engine, checkpoints: dict[str, Path]) -> dict[tuple[str, str], tuple[dict, dict, dict]]:
-    """(model, run) -> (config, golden arrays, engine arrays), the engine run call by call as HF was."""
+def goldens(engine, checkpoints: dict[str, Path]) -> dict[str, tuple[dict, dict, Any]]:
+    """model -> (config, golden arrays, the loaded model)."""
     out = {}
     for name, path in checkpoints.items():
-        entry = PROVENANCE["models"][name]
-        with np.load(DATA / entry["file"], allow_pickle=False) as npz:
+        with np.load(DATA / PROVENANCE["models"][name]["file"], allow_pickle=False) as npz:
             golden_all = {k: npz[k] for k in npz.files}
         config = json.loads((path / "config.json").read_text())
-        model = engine.load_checkpoint(path, weights="f32")
-        for run in entry["runs"]:
-            golden = {k.split("/")[0]: v for k, v in golden_all.items() if k.endswith("/" + run["name"])}
-            tokens = golden["tokens"]
-            state = model.new_state()
-            calls = [
-                engine.trace(model, tokens[a:b], state)
-                for a, b in itertools.pairwise([0, *run["cuts"], len(tokens)])
-            ]
-            ours = {
-                "logits": np.concatenate([c["logits"] for c in calls]),
-                "hidden": np.concatenate([c["hidden"] for c in calls], axis=1),
-                "conv": calls[-1]["conv"],
-                "recurrent": calls[-1]["recurrent"],
-            }
-            out[(name, run["name"])] = (config, golden, ours)
+        out[name] = (config, golden_all, engine.load_checkpoint(path, weights="f32"))
     return out
+
+
+@pytest.fixture
+def traces(engine, goldens) -> Any:
+    """(model, run) -> (config, golden arrays, engine arrays), the engine run call by call as HF was.
+
+    Run inside each test, not once per module: mutmut credits a function to the test during which it ran, and
+    a mutant is re-checked only by the tests credited with its function."""
+
+    def run(name: str, run_name: str) -> tuple[dict, dict, dict]:
+        config, golden_all, model = goldens[name]
+        (run,) = [r for r in PROVENANCE["models"][name]["runs"] if r["name"] == run_name]
+        golden = {k.split("/")[0]: v for k, v in golden_all.items() if k.endswith("/" + run_name)}
+        tokens = golden["tokens"]
+        state = model.new_state()
+        calls = [
+            engine.trace(model, tokens[a:b], state)
+            for a, b in itertools.pairwise([0, *run["cuts"], len(tokens)])
+        ]
+        ours = {
+            "logits": np.concatenate([c["logits"] for c in calls]),
+            "hidden": np.concatenate([c["hidden"] for c in calls], axis=1),
+            "conv": calls[-1]["conv"],
+            "recurrent": calls[-1]["recurrent"],
+        }
+        return config, golden, ours
+
+    return run
 
 
 def n_red(config: dict[str, Any], tokens: int) -> int:
@@ -105,7 +117,7 @@ def scale(x: np.ndarray) -> float:
 @pytest.mark.falsifies("FALSIFY-HFGOLD-001")
 @pytest.mark.parametrize(("model", "run"), RUNS)
 def test_logits_match_hf_golden(traces, model: str, run: str) -> None:
-    config, golden, ours = traces[(model, run)]
+    config, golden, ours = traces(model, run)
     falsify.check(
         "FALSIFY-HFGOLD-001",
         logit_diff=max_abs(ours["logits"], golden["logits"]),
@@ -121,7 +133,7 @@ def test_logits_match_hf_golden(traces, model: str, run: str) -> None:
 @pytest.mark.parametrize(("model", "run"), RUNS)
 def test_each_layer_matches_hf_golden(traces, model: str, run: str) -> None:
     """In layer order: the first violation is the first layer that diverges (the later ones inherit it)."""
-    config, golden, ours = traces[(model, run)]
+    config, golden, ours = traces(model, run)
     assert len(golden["hidden"]) == config["num_hidden_layers"] > 0
     for layer, (h_ours, h_hf) in enumerate(zip(ours["hidden"], golden["hidden"], strict=True)):
         falsify.check(
@@ -139,7 +151,7 @@ def test_each_layer_matches_hf_golden(traces, model: str, run: str) -> None:
 @pytest.mark.falsifies("FALSIFY-HFGOLD-003")
 @pytest.mark.parametrize(("model", "run"), RUNS)
 def test_gdn_states_match_hf_golden(traces, model: str, run: str) -> None:
-    config, golden, ours = traces[(model, run)]
+    config, golden, ours = traces(model, run)
     gdn = [i for i, t in enumerate(config["layer_types"]) if t == "linear_attention"]
     assert gdn and len(golden["conv"]) == len(golden["recurrent"]) == len(gdn)
     T = len(golden["tokens"])
