@@ -89,6 +89,7 @@ def test_head_dim_default_floors() -> None:
 
 def test_optional_keys_are_read_when_given() -> None:
     c = parse(rms_norm_eps=1e-5, max_position_embeddings=4096, chunk_size=32, tie_word_embeddings=True)
+    assert parse(linear_conv_kernel_dim=3).linear_conv_kernel_dim == 3
     assert (c.rms_norm_eps, c.max_position_embeddings, c.chunk_size) == (1e-5, 4096, 32)
     assert c.tie_word_embeddings is True
 

@@ -141,6 +141,22 @@ class TestCache:
         assert {p.name: p.read_bytes() for p in path.iterdir()} == whole
         assert [p.name for p in cache.iterdir()] == [path.name]
 
+    def test_two_processes_repairing_one_entry(self, cache: Path, monkeypatch) -> None:
+        path = tiny_model(3)
+        (path / "config.json").unlink()
+        real_rmtree = tiny.shutil.rmtree
+
+        def other_process_removes_it_first(target: Path, **kw: Any) -> None:
+            if Path(target) == path and path.exists():
+                real_rmtree(path)  # the other process's rmtree of the damaged entry wins the race
+            real_rmtree(target, **kw)
+
+        monkeypatch.setattr(tiny.shutil, "rmtree", other_process_removes_it_first)
+        assert tiny_model(3) == path and sorted(p.name for p in path.iterdir()) == [
+            "config.json",
+            "model.safetensors",
+        ]
+
     def test_writes_into_a_hidden_sibling_then_renames(self, cache: Path, monkeypatch) -> None:
         seen: list[Path] = []
 
