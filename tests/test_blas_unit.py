@@ -86,12 +86,6 @@ def test_a_worker_leaving_keeps_the_main_threads_pin(three_threads) -> None:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured with numpy's OpenBLAS 0.3.31 (pthreads): openblas_set_num_threads called from a thread "
-    "other than the main one is ignored, so a pin taken in a worker thread (reference/serve.py's HTTP "
-    "handler threads) does not take effect",
-)
 def test_a_worker_alone_is_pinned(three_threads) -> None:
     seen: dict[str, list[int]] = {}
     n = len(blas_threads())
@@ -112,3 +106,24 @@ def test_controllers_are_found_once(three_threads) -> None:
     first = blas._blas_controllers()
     assert first and {lib.user_api for lib in first} == {"blas"}
     assert blas._blas_controllers() is first
+
+
+def test_a_forward_in_a_worker_thread_gives_the_main_threads_bytes(three_threads) -> None:
+    """OpenBLAS ignores a process-wide thread count set off the main thread; the pin sets the worker's own
+    (openblas_set_num_threads_local), so the bytes do not depend on which thread ran the forward."""
+    from reference.model import load_model
+    from reference.tiny import tiny_model
+
+    model = load_model(tiny_model(seed=0), weights="f32")
+    tokens = np.random.default_rng(1).integers(0, model.config.vocab_size, 300)
+
+    def logits() -> bytes:
+        return bytes(model.forward(tokens, model.new_state()).tobytes())
+
+    on_main = logits()
+    seen: dict[str, bytes] = {}
+    worker = threading.Thread(target=lambda: seen.setdefault("worker", logits()))
+    worker.start()
+    worker.join(60)
+    assert seen["worker"] == on_main
+    assert set(blas_threads()) == {3}  # and the process's count is given back
