@@ -24,16 +24,16 @@ def softmax_attention(q, k, v, start):  # float64, one (t, h) at a time, max-shi
 
 
 def test_softmax_survives_huge_logits_in_one_head_and_small_ones_in_another() -> None:
-    """Scores near 180 overflow exp() in float32 unless shifted by their row's max; a head whose scores are near 0
-    must not be shifted by another head's max (exp(-180) underflows to 0 and the row becomes 0/0)."""
+    """Head 0's scores reach the hundreds (exp overflows float32 past 88) unless shifted by their row's max; head 1's
+    are O(1) and must not be shifted by head 0's max (exp(-900) underflows to 0 and the row becomes 0/0)."""
     rng = np.random.default_rng(0)
     start, T, nh, nkv, hd = 2, 3, 2, 2, 4
     q = rng.normal(size=(T, nh, hd)).astype(np.float32)
     k = rng.normal(size=(start + T, nkv, hd)).astype(np.float32)
     v = rng.normal(size=(start + T, nkv, hd)).astype(np.float32)
-    q[:, 0] = 30.0  # head 0: scores = 30 * 30 * sum(sign) / 2, up to 1800
+    q[:, 0] = 30.0  # head 0: scores = 30 * 30 * sum(sign) / sqrt(4), in {-900, 0, 900, 1800}
     k[:, 0] = 30.0 * np.sign(k[:, 0])
-    k[:, 0, 0] = 30.0  # never all-negative: the scores are large and positive
+    k[:, 0, 0] = 30.0  # so sum(sign) is one of -2, 0, 2, 4
     got = causal_attention(q, k, v, start)
     want = softmax_attention(q, k, v, start)
     assert np.isfinite(got).all(), got
