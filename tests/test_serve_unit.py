@@ -52,6 +52,7 @@ from reference.serve import (
     _classify,
     _dump,
     _f32,
+    _Handler,
     _ids,
     _need,
     _Poll,
@@ -1053,6 +1054,24 @@ def http() -> Iterator[tuple[_Server, threading.Thread, int]]:
     finally:
         server.shutdown()
         thread.join(WAIT)
+        server.server_close()
+
+
+def test_a_reply_posted_by_the_harness_fills_its_slot_and_an_unknown_one_is_dropped() -> None:
+    server = _Server(("127.0.0.1", 0))
+    try:
+        handler = _Handler.__new__(_Handler)  # the method alone: no connection needed for a reply
+        handler.server = server
+        rid, slot = server.open_slot()
+        _, other = server.open_slot()
+        handler._not_a_request({"id": 999, "result": {"cancelled": True}})  # nothing waits for it: no error
+        reply = {"id": rid, "result": {"cancelled": True}}
+        handler._not_a_request(reply)
+        assert slot[0].is_set() and slot[1] is reply and sorted(server.slots) == [rid + 1]
+        assert not other[0].is_set() and other[1] is None
+        handler._not_a_request({"method": "$/cancelRequest", "params": {"id": rid + 1}})
+        assert sorted(server.slots) == [rid + 1] and server.exit_code == 0
+    finally:
         server.server_close()
 
 
