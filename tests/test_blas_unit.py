@@ -23,11 +23,12 @@ def blas_threads() -> list[int]:
 
 @pytest.fixture
 def three_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """BLAS at 3 threads, and reference.blas as freshly imported (no controllers found yet)."""
+    """BLAS at 3 threads, and reference.blas as freshly imported (no controllers or per-thread setters found yet)."""
     controller = ThreadpoolController().select(user_api="blas")
     assert controller.lib_controllers, "numpy loaded no BLAS threadpoolctl can see"
     before = [lib.get_num_threads() for lib in controller.lib_controllers]
     monkeypatch.setattr(blas, "_controllers", None)
+    monkeypatch.setattr(blas, "_setters", None)
     controller.limit(limits=3)
     try:
         assert set(blas_threads()) == {3}
