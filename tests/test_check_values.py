@@ -8,6 +8,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -126,7 +127,9 @@ def test_a_value_nested_without_end_is_a_named_error_not_a_recursion_error(typed
     for _ in range(10_000):
         deep = [deep]
     typed.start()
-    for value in (loop, deep, (deep,)):
+    held = np.empty(1, dtype=object)
+    held[0] = loop  # an object array's items are walked too
+    for value in (loop, deep, (deep,), held):
         with pytest.raises(
             falsify.ObservationError,
             match=r"FALSIFY-TYPED-002: gaps \(.*typed-v1.yaml:\d+\): nested deeper than 64",

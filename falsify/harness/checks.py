@@ -67,9 +67,12 @@ def plain(value: Any, _depth: int = 0) -> Any:
     if _depth > MAX_NESTING:
         raise ObservationError(f"nested deeper than {MAX_NESTING} lists (a list that contains itself?)")
     if hasattr(value, "tolist") and callable(value.tolist):
-        value = value.tolist()  # an object array's items may be anything: they are made plain below
-        if not isinstance(value, list):
-            return value
+        listed = value.tolist()
+        # A numpy array of numbers lists plain numbers at most 64 deep: returned as is, not walked again. An
+        # object array's items (or another type's tolist()) may be anything: they are made plain below.
+        if getattr(getattr(value, "dtype", None), "kind", "O") != "O" or not isinstance(listed, list):
+            return listed
+        value = listed
     if isinstance(value, tuple | list):
         return [plain(v, _depth + 1) for v in value]
     if isinstance(value, bytes):
