@@ -23,7 +23,7 @@ from falsify.errors import (
     FormulaError,
     ObservationError,
 )
-from falsify.harness.checks import check, strategies
+from falsify.harness.checks import check, corner_examples, corners, strategies
 from falsify.harness.instruments import CountingCancel, CountingModel, Forward
 
 __all__ = [
@@ -37,5 +37,7 @@ __all__ = [
     "Forward",
     "ObservationError",
     "check",
+    "corner_examples",
+    "corners",
     "strategies",
 ]

@@ -130,3 +130,58 @@ def test_the_gate_exits_non_zero_when_a_bound_test_is_skipped(pytester: pytest.P
     assert rows["FALSIFY-DEMO-001"]["outcome"] == "NOT RUN"
     assert rows["FALSIFY-DEMO-003"]["outcome"] == "NOT APPLICABLE"
     assert "2 skipped (1 not applicable)" in proc.stdout and "gate: FAIL" in proc.stdout
+
+
+CORNERS = """\
+contract: demo-v1
+version: 1.0.0
+title: Demo
+description: Demo contract for corner tests.
+references: [https://example.org]
+observables:
+  emitted: {meaning: tokens emitted, type: int}
+predictions:
+  - id: FALSIFY-DEMO-001
+    claim: at most n tokens
+    formula: emitted <= n
+    domain:
+      n: {type: int, min: 1, max: 16}
+    corners:
+      - {id: smallest, when: n == 1, example: {n: 1}}
+      - {id: largest, when: n == 16, example: {n: 16}}
+      - {id: emitted-at-the-limit, when: emitted == n}
+    if_fails: too many
+"""
+
+CORNER_TESTS = """\
+import falsify, pytest
+from hypothesis import given, settings, strategies as st
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001")
+@settings(max_examples=3, database=None)
+@falsify.corner_examples("FALSIFY-DEMO-001", extra=0)
+@given(n=st.integers(2, 15), extra=st.integers(0, 0))
+def test_budget(n, extra):
+    falsify.check("FALSIFY-DEMO-001", emitted={emitted}, n=n)
+"""
+
+
+def test_declared_corners_are_drawn_first_and_counted(pytester: pytest.Pytester) -> None:
+    """The corners' examples run though random draws (2..15) never reach them; a corner no check reaches (emitted
+    == n when the test always emits 0) makes the prediction NOT RUN naming it; reaching every one is PASS."""
+    rows = {}
+    for emitted in ("0", "n"):
+        pytester.makefile(".ini", pytest="[pytest]\nfalsify_contracts = contracts\n")
+        (pytester.path / "contracts").mkdir(exist_ok=True)
+        (pytester.path / "contracts" / "demo-v1.yaml").write_text(CORNERS)
+        pytester.makepyfile(test_demo=CORNER_TESTS.format(emitted=emitted))
+        out = pytester.path / "results.json"
+        pytester.runpytest("--falsify-results", str(out), "-p", "no:cacheprovider")
+        corpus = load_corpus([Path(pytester.path / "contracts")])
+        [rows[emitted]] = per_prediction(corpus, json.loads(out.read_text()))
+    missed = rows["0"]
+    assert (missed.outcome, missed.corners_cell) == (Outcome.NOT_RUN, "2/3")
+    assert missed.corners_reached == ("smallest", "largest")
+    assert missed.detail == "corners 2/3: no check reached emitted-at-the-limit (emitted == n)"
+    full = rows["n"]
+    assert (full.outcome, full.corners_cell, full.detail) == (Outcome.PASS, "3/3", "")

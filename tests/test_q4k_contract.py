@@ -178,8 +178,9 @@ def test_quantize_equals_llama_cpp_hard_cases(Q4_K: Any, case: dict[str, Any]) -
 
 @pytest.mark.falsifies("FALSIFY-Q4K-005")
 @SETTINGS
+@falsify.corner_examples("FALSIFY-Q4K-005", seed=5, kind="gaussian", log_scale=0.0)
 @given(
-    rows=st.integers(1, 70),
+    rows=st.integers(1, 70),  # random cases stay small; the corners (1100 rows, several row tiles) come first
     blocks_per_row=st.integers(1, 8),
     seed=st.integers(0, 2**32 - 1),
     kind=st.sampled_from(["gaussian", "heavy_tailed", "all_positive", "outliers"]),

@@ -28,6 +28,16 @@ YAML_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclass(frozen=True, slots=True)
+class Corner:
+    """A corner of a prediction's domain its checks must reach: `when` holds on some check's values."""
+
+    id: str
+    when: Formula  # over the contract's observables and the prediction's domain parameters
+    example: dict[str, Any] | None  # domain values that reach it: an explicit example before random cases
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Prediction:
     id: str
     contract: str
@@ -41,6 +51,7 @@ class Prediction:
     requires: tuple[str, ...] = ()  # beyond the contract's: capabilities, or `oracle:MODULE`
     min_checks: int = 1  # non-vacuous checks needed before it can PASS
     unproven_because: str | None = None  # reviewed reason no mutant turns it red
+    corners: tuple[Corner, ...] = ()  # corners of the domain its checks must reach
 
     @property
     def parameters(self) -> tuple[str, ...]:
@@ -389,7 +400,8 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
             problems,
             budget,
         )
-        if formula is None:
+        corners = _corners(doc, i, p, observables, domain, problems)
+        if formula is None or corners is None:
             ok = False
             continue
         predictions.append(
@@ -406,6 +418,7 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
                 tuple(p.get("requires", ())),
                 int(p.get("min_checks", 1)),
                 " ".join(p["unproven_because"].split()) if "unproven_because" in p else None,
+                corners,
             )
         )
     ids = {p["id"] for p in data["predictions"]}
@@ -442,6 +455,88 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
         tuple(predictions),
         tuple(costs),
     )
+
+
+def _corners(
+    doc: Located,
+    i: int,
+    p: dict[str, Any],
+    observables: dict[str, Any],
+    domain: dict[str, Any],
+    problems: list[Problem],
+) -> tuple[Corner, ...] | None:
+    """The prediction's declared corners, or None with their problems: ids unique, `when` a formula over declared
+    names, an `example` of domain parameters inside the domain on which `when` (when it names only parameters)
+    holds."""
+    out: list[Corner] = []
+    seen: set[str] = set()
+    ok = True
+    for j, c in enumerate(p.get("corners", [])):
+        base = ("predictions", i, "corners", j)
+
+        def problem(key: str, message: str, rule: str, base: tuple[Any, ...] = base) -> None:
+            problems.append(
+                Problem(doc.file, doc.line((*base, key)), format_path((*base, key)), message, rule)
+            )
+
+        if c["id"] in seen:
+            problem("id", f"corner {c['id']!r} is declared twice", "corner-id")
+            ok = False
+        seen.add(c["id"])
+        when = _formula(
+            doc,
+            (*base, "when"),
+            c["when"],
+            {**observables, **domain},
+            "declared observables and parameters",
+            problems,
+        )
+        example = c.get("example")
+        if when is None:
+            ok = False
+            continue
+        if example is not None:
+            unknown = sorted(set(example) - set(domain))
+            outside = [n for n in example if n in domain and _outside(example[n], domain[n])]
+            if unknown or outside:
+                what = f"{', '.join(unknown)} not a domain parameter" if unknown else ""
+                what += ("; " if what else "") + ", ".join(
+                    f"{n} = {example[n]!r} outside the domain" for n in outside
+                )
+                problem("example", what, "corner-example")
+                ok = False
+                continue
+            if set(when.names) <= set(example):
+                try:
+                    reached = when.evaluate(dict(example))
+                except FormulaError as exc:
+                    reached = f"an error ({exc})"
+                if reached is not True:
+                    problem(
+                        "example",
+                        f"the example does not reach the corner: {c['when']} gives {reached!r}",
+                        "corner-example",
+                    )
+                    ok = False
+                    continue
+        out.append(
+            Corner(
+                c["id"], when, dict(example) if example else None, " ".join(c.get("description", "").split())
+            )
+        )
+    return tuple(out) if ok else None
+
+
+def _outside(value: Any, decl: dict[str, Any]) -> bool:
+    """A value the parameter's declaration does not allow (its `values`, `min`, `max`)."""
+    if "values" in decl:
+        return value not in decl["values"]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return decl.get("type") in ("int", "float")
+    if decl.get("type") == "int" and not isinstance(value, int):
+        return True
+    low, high = decl.get("min"), decl.get("max")
+    return (isinstance(low, int | float) and value < low) or (isinstance(high, int | float) and value > high)
 
 
 def _empty_range(decl: dict[str, Any]) -> str | None:

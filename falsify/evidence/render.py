@@ -261,7 +261,7 @@ def render_markdown(
         domain = _domain(p.get("domain"))
         claim = f"{p.get('claim', '')} `{p.get('formula', '')}`" + (f" over {domain}" if domain else "")
         out.append(
-            f"| `{p['id']}` | {_md_cell(claim)} | **{p['outcome']}** | {tests} | {p['checks']} | "
+            f"| `{p['id']}` | {_md_cell(claim)} | **{p['outcome']}** | {tests} | {p['checks']}{_corners(p)} | "
             f"{_md_cell(_killed(p))} | {_md_cell(_costs(p['costs']))} | {_md_cell(detail)} |"
         )
     skips = [(p["id"], t) for p in ev["predictions"] for t in p.get("skippedTests", [])]
@@ -439,7 +439,7 @@ def render_html(
             f"<code>{e(p.get('formula', ''))}</code>"
             + (f'<br><span class="muted">{e(domain)}</span>' if domain else "")
             + f'</td><td class="{_cls(p["outcome"])}">{e(p["outcome"])}</td><td>{e(tests)}{skip_list}</td>'
-            f"<td>{p['checks']}</td><td>{e(_killed(p))}</td><td>{e(_costs(p['costs']))}</td>"
+            f"<td>{p['checks']}{e(_corners(p))}</td><td>{e(_killed(p))}</td><td>{e(_costs(p['costs']))}</td>"
             f'<td class="mono detail" title="{e(_values(p["values"], limit=4000))}">{e(detail)}</td></tr>'
         )
     h.append("</table><h2>Mutants</h2>")
@@ -491,3 +491,10 @@ def render_html(
         "",
     ]
     return "\n".join(h)
+
+
+def _corners(p: dict[str, Any]) -> str:
+    """ ", corners 6/6" for a prediction with declared corners (older bundles carry none)."""
+    c = p.get("corners") or {}
+    declared, reached = c.get("declared") or [], c.get("reached") or []
+    return f", corners {len(reached)}/{len(declared)}" if declared else ""

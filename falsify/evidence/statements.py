@@ -482,6 +482,7 @@ def _prediction_entry(
         "outcome": r.outcome.value,
         "detail": scrub(r.detail, root),
         "checks": r.checks,
+        "corners": {"declared": list(r.corners), "reached": list(r.corners_reached)},
         "values": values,
         "costs": costs,
         "mutants": declared,

@@ -12,7 +12,9 @@ observable given is empty. The plugin counts them; a prediction needs `min_check
 every part of the claim was exercised before it can PASS.
 
 `strategies(prediction_id)` gives hypothesis strategies drawn from a prediction's domain, so tests do not restate
-it.
+it; `corner_examples(prediction_id, **fixed)` decorates a @given test with the prediction's declared corners as
+explicit examples, run before any random case, and `corners(prediction_id)` lists them for a parametrized test.
+Every check records which declared corners its values reach (a corner's `when` formula); the gate counts them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Observation:
     held: bool
     values: dict[str, Any]
     vacuous: bool = False  # held over nothing (see the module docstring)
+    corners: tuple[str, ...] = ()  # the prediction's declared corners this check reached
 
 
 # Set by the pytest plugin: where the contracts are (the project's and its packs'), and who records each
@@ -120,7 +123,7 @@ def check(prediction_id: str, **observed: Any) -> None:
         raise ContractError(f"{prediction_id}: formula {p.formula.source!r} gave {result!r}, not a bool")
     if recorder is not None:
         empty = result and vacuous(p.formula, values, set(contract.observables))
-        recorder(Observation(prediction_id, result, values, empty))
+        recorder(Observation(prediction_id, result, values, empty, reached(p, values)))
     if not result:
         raise ContractViolation(prediction_id, p.formula.source, shown, contract.id)
 
@@ -178,6 +181,19 @@ def _check_parameter(pid: str, where: str, name: str, value: Any, spec: dict[str
             raise ObservationError(
                 f"{pid}: {name} = {value!r} is above the domain's max {spec['max']} ({where})"
             )
+
+
+def reached(p: Prediction, values: dict[str, Any]) -> tuple[str, ...]:
+    """The declared corners whose `when` is true on one check's values. A corner naming a value the check did not
+    give, or whose formula raises on these values, is not reached by this check."""
+    out = []
+    for corner in p.corners:
+        try:
+            if corner.when.evaluate(values) is True:
+                out.append(corner.id)
+        except FormulaError:
+            continue
+    return tuple(out)
 
 
 # -- vacuity --------------------------------------------------------------------------------------------------
@@ -257,3 +273,22 @@ def strategies(prediction_id: str) -> dict[str, Any]:
                 "str or `values`"
             )
     return out
+
+
+def corners(prediction_id: str) -> list[dict[str, Any]]:
+    """The `example` of each declared corner of the prediction that has one, in declaration order."""
+    return [dict(c.example) for c in prediction(prediction_id).corners if c.example]
+
+
+def corner_examples(prediction_id: str, **fixed: Any) -> Callable[[Any], Any]:
+    """A decorator (put it above @given) that adds each declared corner's example as a hypothesis `@example`, run
+    before any random case; `fixed` gives the test's other arguments for those runs. A corner without an
+    `example` is left to the test (the gate still counts whether it was reached)."""
+    from hypothesis import example
+
+    def decorate(test: Any) -> Any:
+        for values in reversed(corners(prediction_id)):
+            test = example(**{**fixed, **values})(test)
+        return test
+
+    return decorate

@@ -329,7 +329,7 @@ def _publish(out: Path, run_dir: Path) -> None:
 
 def render(rows: list[PredictionResult], proved: dict[str, PredictionProof] | None = None) -> str:
     return table(
-        ["prediction", "contract", "outcome", "proven", "tests", "checks", "time", "detail"],
+        ["prediction", "contract", "outcome", "proven", "tests", "checks", "corners", "time", "detail"],
         [
             [
                 r.id,
@@ -338,6 +338,7 @@ def render(rows: list[PredictionResult], proved: dict[str, PredictionProof] | No
                 proved[r.id].cell if proved and r.id in proved else "?",
                 _tests_cell(r),
                 str(r.checks) + (f" ({r.vacuous} vacuous)" if r.vacuous else ""),
+                r.corners_cell,
                 f"{r.seconds:.2f}s",
                 _one_line(r.detail),
             ]

@@ -431,8 +431,9 @@ def _summarise(observations: list[Observation]) -> dict[str, Any]:
     for ob in observations:
         entry = out.setdefault(
             ob.prediction_id,
-            {"checks": 0, "held": 0, "vacuous": 0, "failed_values": None, "last_values": None},
+            {"checks": 0, "held": 0, "vacuous": 0, "corners": [], "failed_values": None, "last_values": None},
         )
+        entry["corners"] = sorted(set(entry["corners"]) | set(ob.corners))
         entry["checks"] += 1
         entry["held"] += int(ob.held)
         entry["vacuous"] += int(ob.held and ob.vacuous)

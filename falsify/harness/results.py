@@ -47,6 +47,13 @@ class PredictionResult:
     skipped: int = 0  # bound tests skipped or not run (NOT APPLICABLE ones aside)
     not_applicable: int = 0  # bound tests NOT APPLICABLE by name
     vacuous: int = 0  # checks that held over nothing (falsify.check: all/any/comparisons of empty sequences)
+    corners: tuple[str, ...] = ()  # the prediction's declared corners, in declaration order
+    corners_reached: tuple[str, ...] = ()  # those some check reached
+
+    @property
+    def corners_cell(self) -> str:
+        """`reached/declared` ("6/6"), or "-" for a prediction that declares no corner."""
+        return f"{len(self.corners_reached)}/{len(self.corners)}" if self.corners else "-"
 
 
 # pytest's categories as its summary line names them ("3 failed, 97 passed, 19 skipped, 2 errors in 9.1s").
@@ -121,6 +128,20 @@ def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionRe
                     f"vacuous: {checks - vacuous} non-vacuous of {checks} checks, needs {p.min_checks} "
                     "(the others held over an empty sequence)"
                 )
+            declared = tuple(c.id for c in p.corners)
+            hit = {
+                c
+                for nid in bound
+                for c in (tests[nid].get("observations", {}).get(p.id) or {}).get("corners", ())
+            }
+            reached = tuple(c for c in declared if c in hit)
+            missed = [c for c in declared if c not in hit]
+            if outcome is Outcome.PASS and missed:
+                # A declared corner no check reached: the claim was not tested where it is most likely to break.
+                outcome = Outcome.NOT_RUN
+                detail = f"corners {len(reached)}/{len(declared)}: no check reached " + ", ".join(
+                    f"{c} ({_when(p, c)})" for c in missed
+                )
             failing = tuple(nid for o, _, nid, _ in seen if o in (Outcome.FAIL, Outcome.ERROR))
             out.append(
                 PredictionResult(
@@ -136,9 +157,15 @@ def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionRe
                     skipped,
                     not_applicable,
                     vacuous,
+                    declared,
+                    reached,
                 )
             )
     return out
+
+
+def _when(p: Any, corner: str) -> str:
+    return next(c.when.source for c in p.corners if c.id == corner)
 
 
 def _values(ob: dict[str, Any] | None) -> dict[str, Any] | None:
