@@ -251,23 +251,34 @@ def test_cancelled_tokens_are_a_prefix_of_the_uncancelled_run(
 
 @pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-007", "FALSIFY-SERVE-CANCEL-008", "FALSIFY-SERVE-CANCEL-011")
 @SETTINGS
-@given(raw=raw_prompts, at=st.integers(0, 19), warm=st.booleans())
-def test_a_stop_token_ends_the_run(engine: Any, model: Any, raw: list[int], at: int, warm: bool) -> None:
+# The contract's corners first: the stop token on the last position the budget allows, on the first, mid-run.
+@example(raw=[3, 1, 4, 1, 5], at=6, warm=False, last=True)
+@example(raw=[2, 7, 1, 8], at=0, warm=True, last=False)
+@example(raw=[9, 2, 6], at=4, warm=False, last=False)
+@given(raw=raw_prompts, at=st.integers(0, 19), warm=st.booleans(), last=st.booleans())
+def test_a_stop_token_ends_the_run(
+    engine: Any, model: Any, raw: list[int], at: int, warm: bool, last: bool
+) -> None:
+    """`last`: the budget is exactly the position where the stop token first comes (both end the run at once)."""
     prompt = tokens_of(raw, model)
     full = engine.session(model).generate(prompt, 20)
     stop_token = full.tokens[at]
+    max_tokens = full.tokens.index(stop_token) + 1 if last else 20
     proxy = CountingModel(model)
     session = warm_session(engine, proxy, prompt, warm)
     cancel = CountingCancel.never()
-    run = session.generate(prompt, 20, cancel=cancel, stop_tokens=[stop_token])
+    run = session.generate(prompt, max_tokens, cancel=cancel, stop_tokens=[stop_token])
     f = measured(run, proxy, cancel, len(prompt))
     check_all(
         (
             "FALSIFY-SERVE-CANCEL-007",
             pick(f, "stop_reason", "tokens", "decode_forwards", "emitted", "wasted_forwards")
-            | {"stop_token": stop_token},
+            | {"stop_token": stop_token, "max_tokens": max_tokens},
         ),
-        ("FALSIFY-SERVE-CANCEL-008", pick(f, "positions", "prompt_len", "emitted") | {"max_tokens": 20}),
+        (
+            "FALSIFY-SERVE-CANCEL-008",
+            pick(f, "positions", "prompt_len", "emitted") | {"max_tokens": max_tokens},
+        ),
         ("FALSIFY-SERVE-CANCEL-011", pick(f, *REPORTED)),
     )
 

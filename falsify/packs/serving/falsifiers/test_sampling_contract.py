@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,9 @@ from falsify.harness.gof import chi_square_gof
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # A top-p cut whose running sum lies this close to top_p is decided by float rounding, not by the rule; such
-# cases are left out (float64 sums of <= 512 terms err by < 1e-13).
+# cases are left out (float64 sums of <= 512 terms err by < 1e-13), except on rows whose probabilities are exact
+# (all kept logits tied: every weight is exp(0) = 1, every probability 1/n), where the cut is decided in exact
+# rational arithmetic, the mass exactly at top_p included.
 TOP_P_MARGIN = 1e-9
 # Narrower intervals cannot hold a probe that float64 places reliably on the engine's side of both bounds.
 MIN_PROBED = 1e-12
@@ -38,6 +41,7 @@ class Analytic:
 
     order: list[int]
     probs: list[float]
+    mass_at_top_p: bool = False  # the kept tokens' probability is exactly top_p (decided in exact arithmetic)
 
     def dense(self, vocab: int) -> np.ndarray:
         p = np.zeros(vocab)
@@ -58,6 +62,16 @@ def analytic(
     weights = [math.exp((values[i] - top) / temperature) for i in order]
     total = math.fsum(weights)
     probs = [w / total for w in weights]
+    if top_p is not None and top_p < 1 and all(w == 1.0 for w in weights):
+        # Every probability is 1/n exactly; the cut keeps the fewest tokens whose mass m/n reaches top_p. Decided
+        # only when top_p * n is exact in float64 too, so an engine's own product cannot round across it.
+        n = len(weights)
+        target = Fraction(top_p) * n
+        if target == Fraction(top_p * n):
+            keep = min(n, math.ceil(target))
+            return Analytic(
+                order[:keep], [1 / keep] * keep, mass_at_top_p=Fraction(keep, n) == Fraction(top_p)
+            )
     if top_p is not None and top_p < 1:
         running = [math.fsum(probs[: j + 1]) for j in range(len(probs))]
         keep = next((j + 1 for j, s in enumerate(running) if s >= top_p), len(probs))
@@ -131,6 +145,7 @@ def observe_layout(
         expected=want,
         kept=sorted(a.order),
         probed=probed,
+        mass_at_top_p=a.mass_at_top_p,
         **domain(len(logits), t, k, p),
     )
 
@@ -145,6 +160,7 @@ def observe_counts(
         "FALSIFY-SERVE-SAMPLE-002",
         max_count_error=float(np.max(np.abs(counts - SWEEP * a.dense(len(logits))))),
         sweep=SWEEP,
+        mass_at_top_p=a.mass_at_top_p,
         **domain(len(logits), t, k, p),
     )
 
@@ -154,6 +170,10 @@ EXAMPLES = [
     (np.array([3.0, 2.0, 1.0, 0.0], np.float32), 0.5, None, 0.9),
     (np.array([0.0, 2.0, 2.0, 1.0], np.float32), 2.0, 1, None),  # top-1 is the lower id of a tie
     (np.array([5.0], np.float32), 3.0, None, 0.01),
+    # The contract's corner: the mass exactly at top_p (tied logits, probabilities 1/4 and 1/8, exact in float32):
+    # the token whose interval ends at top_p is the last kept, the next is not.
+    (np.zeros(4, np.float32), 1.0, None, 0.5),
+    (np.array([2.0] * 8 + [0.0, -1.0], np.float32), 0.7, 8, 0.375),
 ]
 MODEL_CASES = [
     (1.0, None, None),
