@@ -3,7 +3,8 @@
 The package's folders follow the data flow (each may import only from the ones before it; tests/test_layout.py
 enforces it):
 
-    errors, project, table   shared base: named errors, the project's configuration, plain-text tables
+    errors, project, table   shared base: named errors, the project's configuration, plain-text tables;
+    boundedjson, safefile    the one reader for JSON falsify did not write; the one file layer for user paths
     contracts/               YAML loading, schema check, formula language, corpus, lint
     engines/                 the engine protocol, loading an engine by name, adapters for engines no one here wrote
     harness/                 falsify.check, the pytest plugin, per-prediction results, the gate

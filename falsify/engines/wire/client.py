@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.metadata
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -47,8 +48,8 @@ def _env_number(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise errors.EngineStartError(f"{name}={raw!r} is not a number") from None
-    if value <= 0:
-        raise errors.EngineStartError(f"{name}={raw!r} must be > 0")
+    if not math.isfinite(value) or value <= 0:
+        raise errors.EngineStartError(f"{name}={raw!r} must be a finite number > 0")
     return value
 
 
@@ -201,7 +202,7 @@ class WireModel:
             return None
         ids = _token_list(tokens, "tokens")
         result = self._needs_state().request("forward", {"state": state.handle, "tokens": ids})
-        logits = decode_f32(result["logits"], "forward result logits")
+        logits = _engine_f32(self.engine, result["logits"], "forward result logits")
         if logits.shape != (len(ids), self.config.vocab_size):
             raise errors.ProtocolViolation(
                 f"forward over {len(ids)} tokens returned logits of shape {list(logits.shape)}"
@@ -219,7 +220,7 @@ class WireState:
 
     def to_bytes(self) -> bytes:
         result = self.engine.connection().request("state_bytes", {"state": self.handle})
-        return decode_bytes(result["bytes"], "state_bytes result")
+        return _engine_bytes(self.engine, result["bytes"], "state_bytes result")
 
     def digest(self) -> str:
         return str(self.engine.connection().request("state_digest", {"state": self.handle})["digest"])
@@ -294,11 +295,13 @@ class WirePrefill:
                     f"{result['pos']}; the forwards reported bring the state to {self.state.pos}"
                 )
             )
-        self.logits = decode_f32(result["logits"], "prefill_step logits")
+        self.logits = _engine_f32(self.engine, result["logits"], "prefill_step logits")
         if self.chunk_logits is not None:
             if result["chunk_logits"] is None:
                 raise errors.ProtocolViolation(f"engine {self.engine.spec}: keep_logits, but no chunk_logits")
-            self.chunk_logits.append(decode_f32(result["chunk_logits"], "prefill_step chunk_logits"))
+            self.chunk_logits.append(
+                _engine_f32(self.engine, result["chunk_logits"], "prefill_step chunk_logits")
+            )
         for item in result["kept"]:
             self.kept.append(
                 WireKept(tuple(item["tokens"]), WireState(self.engine, item["state"], len(item["tokens"])))
@@ -480,7 +483,7 @@ class _Judge:
                 raise EngineRefused(
                     ErrorCode.INVALID_REQUEST, "$/sample: this generate asked for sampler greedy"
                 )
-            logits = decode_f32(params["logits"], "$/sample logits")
+            logits = _engine_f32(self.session.engine, params["logits"], "$/sample logits")
             vocab = self.session.model.config.vocab_size
             if logits.shape != (vocab,):
                 self.violation(f"$/sample logits of shape {list(logits.shape)}, expected [{vocab}]")
@@ -565,6 +568,22 @@ class _Judge:
             reused=reused,
             claims=dict(result.get("claims", {})),
         )
+
+
+def _engine_f32(engine: WireEngine, obj: dict[str, Any], what: str) -> np.ndarray:
+    """An array the engine sent; one whose bytes and shape disagree is a MalformedMessage that ends the
+    connection, never a ValueError (which a falsifier would read as the engine refusing its input)."""
+    try:
+        return decode_f32(obj, what)
+    except (ValueError, OverflowError) as exc:
+        engine.connection().fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
+
+
+def _engine_bytes(engine: WireEngine, text: str, what: str) -> bytes:
+    try:
+        return decode_bytes(text, what)
+    except ValueError as exc:
+        engine.connection().fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
 
 
 def _version() -> str:

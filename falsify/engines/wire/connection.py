@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from falsify import boundedjson
 from falsify.engines.wire import errors
 from falsify.engines.wire.messages import (
     ENGINE_NOTIFICATIONS,
@@ -43,12 +45,26 @@ class Connection:
         self._next_id = 1
         self._answered = False  # a message of the engine's has been read
         self._lock = threading.Lock()  # one request in flight: the protocol is not pipelined
+        self._quiet_until = 0.0  # time.monotonic() by which the engine must send a message other than $/log
+        self._total: tuple[float, float] | None = (
+            None  # (deadline, seconds) of the whole request, if it has one
+        )
 
     # -- sending -----------------------------------------------------------------------------------------------
-    def _send(self, message: dict[str, Any], *, request_id: int | None, waiting_for: str) -> None:
+    def _send(
+        self,
+        message: dict[str, Any],
+        *,
+        request_id: int | None,
+        waiting_for: str,
+        timeout: float | None = None,
+    ) -> None:
         line = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        timeout = self.timeout if timeout is None else timeout
+        if self._total is not None:
+            timeout = max(0.001, min(timeout, self._total[0] - time.monotonic()))
         try:
-            self.transport.send(line, request_id=request_id)
+            self.transport.send(line, request_id=request_id, timeout=timeout)
         except TransportError as exc:
             text = str(exc)
             if "timed out" in text:
@@ -57,45 +73,82 @@ class Connection:
                 cls = errors.EngineCrashed if self._answered else errors.EngineStartError
             self.fail(cls(f"{self._who()}: {text} ({waiting_for}){self._status()}"))
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
+    def notify(self, method: str, params: dict[str, Any], *, timeout: float | None = None) -> None:
         if self.failure is None:
             self._send(
-                {"method": method, "params": params}, request_id=None, waiting_for=f"notifying {method}"
+                {"method": method, "params": params},
+                request_id=None,
+                waiting_for=f"notifying {method}",
+                timeout=timeout,
             )
 
     # -- the request loop ------------------------------------------------------------------------------------
     def request(
-        self, method: str, params: dict[str, Any], on_engine: OnEngine | None = None
+        self,
+        method: str,
+        params: dict[str, Any],
+        on_engine: OnEngine | None = None,
+        *,
+        total: float | None = None,
     ) -> dict[str, Any]:
+        """The result of `method`. The engine must send a message of the protocol within the timeout of the last
+        one (`$/log` lines do not count: an endless log is silence); with `total`, the reply within that."""
         with self._lock:
             if self.failure is not None:
                 raise self.failure
             rid = self._next_id
             self._next_id += 1
             waiting = f"waiting for the reply to {method} (id {rid})"
-            self._send({"id": rid, "method": method, "params": params}, request_id=rid, waiting_for=waiting)
-            while True:
-                message = self._receive(waiting, rid)
-                if "method" in message:
-                    self._engine_message(message, on_engine, method)
-                    continue
-                if message.get("id") != rid:
-                    self.fail(
-                        errors.ProtocolViolation(
-                            f"{self._who()}: a reply to id {message.get('id')} while {waiting}"
-                        )
+            now = time.monotonic()
+            self._quiet_until = now + self.timeout
+            self._total = (now + total, total) if total is not None else None
+            try:
+                self._send(
+                    {"id": rid, "method": method, "params": params}, request_id=rid, waiting_for=waiting
+                )
+                return self._await_reply(method, rid, waiting, on_engine)
+            finally:
+                self._total = None
+
+    def _await_reply(self, method: str, rid: int, waiting: str, on_engine: OnEngine | None) -> dict[str, Any]:
+        while True:
+            message = self._receive(waiting, rid)
+            if "method" in message:
+                self._engine_message(message, on_engine, method)
+                continue
+            if message.get("id") != rid:
+                self.fail(
+                    errors.ProtocolViolation(
+                        f"{self._who()}: a reply to id {message.get('id')} while {waiting}"
                     )
-                if "error" in message:
-                    return self._error_reply(method, message["error"])
-                problem = schema_problem(method, "result", message["result"])
-                if problem:
-                    self.fail(errors.MalformedMessage(f"{self._who()}: {problem}"))
-                return message["result"]
+                )
+            if "error" in message:
+                return self._error_reply(method, message["error"])
+            problem = schema_problem(method, "result", message["result"])
+            if problem:
+                self.fail(errors.MalformedMessage(f"{self._who()}: {problem}"))
+            return message["result"]
 
     def _receive(self, waiting: str, rid: int) -> dict[str, Any]:
         while True:
-            kind, value = self.transport.recv(self.timeout)
+            now = time.monotonic()
+            if self._total is not None and now >= self._total[0]:
+                self.fail(
+                    errors.EngineTimeout(
+                        f"{self._who()}: no reply within {self._total[1]:g} s while {waiting}"
+                    )
+                )
+            if now >= self._quiet_until:
+                self.fail(
+                    errors.EngineTimeout(
+                        f"{self._who()}: no message but $/log for {self.timeout:g} s while {waiting}"
+                    )
+                )
+            until = self._quiet_until if self._total is None else min(self._quiet_until, self._total[0])
+            kind, value = self.transport.recv(until - now)
             if kind == "timeout":
+                if self._total is not None and time.monotonic() >= self._total[0]:
+                    continue  # named above
                 self.fail(
                     errors.EngineTimeout(f"{self._who()}: no message for {self.timeout:g} s while {waiting}")
                 )
@@ -115,14 +168,17 @@ class Connection:
             if kind == "eof":
                 self.fail(errors.EngineCrashed(f"{self._who()}: {value} while {waiting}{self._status()}"))
             self._answered = True
-            return self._parse(value, waiting)
+            message = self._parse(value, waiting)
+            if message.get("method") != "$/log":
+                self._quiet_until = time.monotonic() + self.timeout
+            return message
 
     def _parse(self, line: bytes, waiting: str) -> dict[str, Any]:
         try:
-            message = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            message = boundedjson.loads(line, what="a line", max_bytes=self.max_line)
+        except boundedjson.JsonFormatError as exc:
             shown = line[:60].decode("utf-8", "replace")
-            self.fail(errors.MalformedMessage(f"{self._who()}: not JSON ({exc}) while {waiting}: {shown!r}"))
+            self.fail(errors.MalformedMessage(f"{self._who()}: {exc} while {waiting}: {shown!r}"))
         problem = envelope_problem(message)
         if problem:
             self.fail(errors.MalformedMessage(f"{self._who()}: {problem} while {waiting}"))
@@ -161,7 +217,7 @@ class Connection:
     def _error_reply(self, method: str, error: dict[str, Any]) -> dict[str, Any]:
         code, text = error.get("code"), str(error.get("message", ""))
         if code == ErrorCode.INVALID_INPUT:
-            raise ValueError(text)  # the engine refused the values, as an in-process engine raises ValueError
+            raise errors.EngineRefusal(text)  # a ValueError, as an in-process engine's refusal
         if code == ErrorCode.UNSUPPORTED_PROTOCOL_VERSION:
             self.fail(errors.ProtocolVersionMismatch(f"{self._who()}: {text}"))
         try:
@@ -181,9 +237,12 @@ class Connection:
     def close(self, grace: float = 2.0) -> None:
         if self.failure is None:
             try:
-                self.request("shutdown", {})
-                self.notify("exit", {})
-            except (errors.WireError, ValueError):
+                bound = min(
+                    self.timeout, max(grace, 0.1)
+                )  # an engine logging without end cannot hold the exit
+                self.request("shutdown", {}, total=bound)
+                self.notify("exit", {}, timeout=bound)
+            except (errors.WireError, errors.EngineRefusal):
                 pass
         self.transport.close(grace)
         if self.failure is None:

@@ -44,3 +44,11 @@ class ProtocolViolation(WireError):
 
 class EngineErrorReply(WireError):
     """The engine answered a request with an error the harness cannot map to a Python error."""
+
+
+class EngineRefusal(ValueError):
+    """The engine answered INVALID_INPUT: it refused the values, as an in-process engine raises ValueError.
+
+    Only `Connection` raises it, and only for that reply. Nothing the harness parses or checks raises a bare
+    ValueError out of a wire call (a malformed line or array is a MalformedMessage), so a falsifier that expects
+    a refusal cannot pass on a parsing failure. Not a WireError: the connection stays usable."""

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import os
 import selectors
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from collections import deque
@@ -25,6 +27,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 Item = tuple[str, Any]
+
+
+STDERR_KEPT = 4096  # bytes of an engine's stderr kept for error messages; the rest is read and dropped
 
 
 class TransportError(Exception):
@@ -57,7 +62,10 @@ class StdioTransport:
         except OSError as exc:
             raise TransportError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
         assert self.proc.stdout is not None and self.proc.stderr is not None
+        assert self.proc.stdin is not None
         self._out, self._err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
+        self._in = self.proc.stdin.fileno()
+        os.set_blocking(self._in, False)  # send() writes what the pipe takes and reads the engine meanwhile
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._out, selectors.EVENT_READ)
         self._selector.register(self._err, selectors.EVENT_READ)
@@ -65,7 +73,7 @@ class StdioTransport:
         self._lines: deque[bytes] = deque()
         self._eof = False
         self._oversize = 0
-        self._stderr = bytearray()
+        self._stderr = bytearray()  # the last STDERR_KEPT bytes: a ring, however much the engine writes
 
     def recv(self, timeout: float) -> Item:
         """The next item (see the module docstring), or ("timeout", None) after `timeout` seconds of silence."""
@@ -96,7 +104,8 @@ class StdioTransport:
         if fd == self._err:
             if not data:
                 self._selector.unregister(fd)
-            self._stderr = (self._stderr + data)[-4096:]
+            self._stderr += data[-STDERR_KEPT:]
+            del self._stderr[:-STDERR_KEPT]
             return
         if not data:
             self._selector.unregister(fd)
@@ -113,13 +122,34 @@ class StdioTransport:
                 return
             self._lines.append(line)
 
-    def send(self, line: bytes, *, request_id: int | None) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(line + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError, OSError):
-            raise TransportError("the engine's stdin is closed") from None
+    def send(self, line: bytes, *, request_id: int | None, timeout: float = 30.0) -> None:
+        """Write one line within `timeout` seconds, reading the engine's stdout and stderr meanwhile: an engine
+        blocked writing to a full pipe while the harness blocks writing a long request would wait for ever."""
+        data = memoryview(line + b"\n")
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._in, selectors.EVENT_WRITE)
+            for fd in self._selector.get_map():
+                sel.register(fd, selectors.EVENT_READ)
+            while data:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(
+                        f"writing a {len(line) + 1}-byte line timed out after {timeout:g} s "
+                        f"({len(data)} bytes not taken by the engine)"
+                    )
+                for key, _ in sel.select(remaining):
+                    if key.fd != self._in:
+                        self._read(key.fd)
+                        if key.fd not in self._selector.get_map():
+                            sel.unregister(key.fd)
+                        continue
+                    try:
+                        data = data[os.write(self._in, data[: 1 << 16]) :]
+                    except BlockingIOError:
+                        pass
+                    except OSError:  # EPIPE and the like: the engine closed its stdin or exited
+                        raise TransportError("the engine's stdin is closed") from None
 
     def exit_status(self) -> str | None:
         try:
@@ -153,10 +183,86 @@ class StdioTransport:
         self._selector.close()
 
 
+class _DeadlineSocket:
+    """A connected socket whose every send and receive ends by one deadline (`deadline`, time.monotonic()), not a
+    timeout per call: a reply dripped one byte a second, or an endless run of `100 Continue` responses, cannot
+    outlast it. http.client reads through `makefile`, so its status line, headers and body all share it."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self.deadline = deadline
+        self._readers = 0  # as socket.makefile does: the socket closes when its last reader and it are closed
+        self._closed = False
+
+    def _left(self) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("timed out")
+        return remaining
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.settimeout(self._left())  # since Python 3.5 the timeout bounds the whole sendall
+        self._sock.sendall(data)
+
+    def recv_into(self, buffer: Any) -> int:
+        self._sock.settimeout(self._left())
+        return self._sock.recv_into(buffer)
+
+    def makefile(self, mode: str = "rb") -> io.BufferedReader:
+        assert mode == "rb", mode
+        self._readers += 1
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def reader_closed(self) -> None:
+        self._readers -= 1
+        if self._closed and self._readers == 0:
+            self._sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._readers == 0:
+            self._sock.close()
+
+    def setsockopt(self, *args: Any) -> None:
+        self._sock.setsockopt(*args)
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, sock: _DeadlineSocket) -> None:
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self._sock.recv_into(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._sock.reader_closed()
+        super().close()
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """An HTTPConnection whose connect, request and response all end by `deadline`."""
+
+    def __init__(self, host: str, port: int, deadline: float) -> None:
+        super().__init__(host, port, timeout=max(deadline - time.monotonic(), 0.001))
+        self.deadline = deadline
+        self.deadline_sock: _DeadlineSocket | None = None
+
+    def connect(self) -> None:
+        super().connect()
+        self.deadline_sock = _DeadlineSocket(self.sock, self.deadline)
+        self.sock = self.deadline_sock
+
+
 class HttpTransport:
     """`http://HOST:PORT`: each message is one `POST /rpc`. A request's response body is the stream of JSON lines
     the engine sends while serving it (its own requests and notifications), ending with the reply; a message that
-    is not a request (a reply to the engine, a notification) gets `204 No Content`. Read in the calling thread."""
+    is not a request (a reply to the engine, a notification) gets `204 No Content`. Read in the calling thread.
+    Each POST (connect, request, status line and headers, `1xx` responses included) ends within its timeout, and
+    each `recv` within its own, however slowly the bytes come."""
 
     def __init__(self, url: str, max_line: int, timeout: float) -> None:
         parts = urlsplit(url)
@@ -167,21 +273,20 @@ class HttpTransport:
         self.path = (parts.path.rstrip("/") or "") + "/rpc"
         self.max_line = max_line
         self.timeout = timeout
-        self._stream: tuple[http.client.HTTPConnection, http.client.HTTPResponse, int] | None = None
+        self._stream: tuple[_DeadlineConnection, http.client.HTTPResponse, int] | None = None
 
-    def _post(
-        self, line: bytes, timeout: float
-    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+    def _post(self, line: bytes, timeout: float) -> tuple[_DeadlineConnection, http.client.HTTPResponse]:
+        conn = _DeadlineConnection(self.host, self.port, time.monotonic() + timeout)
         try:
             conn.request("POST", self.path, body=line + b"\n", headers={"Content-Type": "application/json"})
             return conn, conn.getresponse()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise TransportError(f"POST {self.description}{self.path}: {exc}") from None
+            text = "timed out" if isinstance(exc, TimeoutError) else str(exc)
+            raise TransportError(f"POST {self.description}{self.path}: {text}") from None
 
-    def send(self, line: bytes, *, request_id: int | None) -> None:
-        conn, resp = self._post(line, self.timeout)
+    def send(self, line: bytes, *, request_id: int | None, timeout: float | None = None) -> None:
+        conn, resp = self._post(line, self.timeout if timeout is None else timeout)
         if request_id is None or resp.status != 200:
             try:
                 body = resp.read(2000)
@@ -198,8 +303,8 @@ class HttpTransport:
         if self._stream is None:
             return ("eof", "no response stream is open")
         conn, resp, rid = self._stream
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout)
+        assert conn.deadline_sock is not None  # set by connect(), before any response
+        conn.deadline_sock.deadline = time.monotonic() + timeout
         try:
             line = resp.readline(self.max_line + 1)
         except TimeoutError:

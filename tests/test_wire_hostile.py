@@ -1,0 +1,211 @@
+"""Hostile wire engines against the client itself (issue #27): each is a named WireError within its deadline, or
+the engine's refusal as EngineRefusal, and nothing else. Real subprocesses and a real HTTP server on 127.0.0.1;
+each test is bounded by SIGALRM so a regression fails instead of hanging the suite."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from falsify.engines.wire import errors
+from falsify.engines.wire.client import WireEngine
+from falsify.engines.wire.connection import Connection
+from falsify.engines.wire.messages import ErrorCode
+from falsify.engines.wire.transports import StdioTransport, open_transport
+
+SCRIPTED = Path(__file__).resolve().parent / "fixtures" / "wire" / "scripted_engine.py"
+
+
+@pytest.fixture(autouse=True)
+def _alarm() -> Iterator[None]:
+    def hung(signum: int, frame: object) -> None:
+        raise AssertionError("the client hung past the test's 30 s bound")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def scripted(tmp_path: Path, script: dict[str, list[dict[str, object]]], timeout: float = 3.0) -> Connection:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(script), encoding="utf-8")
+    spec = f"exec:{sys.executable} {SCRIPTED} {path}"
+    return Connection(
+        open_transport(spec, max_line=1 << 20, timeout=timeout), timeout=timeout, max_line=1 << 20
+    )
+
+
+def test_a_5000_digit_integer_is_a_malformed_message_not_a_refusal(tmp_path: Path) -> None:
+    conn = scripted(tmp_path, {"load_model": [{"raw": '{"id": 1, "result": {"model": ' + "9" * 5000 + "}}"}]})
+    with pytest.raises(errors.MalformedMessage, match="an integer of 5000 digits") as caught:
+        conn.request("load_model", {"weights": "f32"})
+    assert not isinstance(
+        caught.value, ValueError
+    )  # a falsifier's `except ValueError` cannot take it as a refusal
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ('{"id": 1, "result": ' + "[" * 5000 + "]" * 5000 + "}", "nested deeper than 64"),
+        ('{"id": 1, "result": ' + "[" * 40 + "]" * 40 + "}", "not a message of"),  # within the bound: schema
+        ('{"id": 1, "result": {"model": NaN}}', "NaN is not JSON"),
+        ('{"id": 1, "result": {"model": 1e999}}', "overflows a double"),
+        ('{"id": 1, "result": {"model": 0.' + "1" * 200 + "}}", "number literal of 202 characters"),
+        ('{"id": 1, "result": {}} {}', "not JSON .Extra data"),
+        ('{"id": 1, "result": {"model": -' + "1" * 41 + "}}", "an integer of 41 digits"),
+    ],
+)
+def test_an_unbounded_or_invalid_line_is_a_malformed_message(tmp_path: Path, line: str, named: str) -> None:
+    conn = scripted(tmp_path, {"load_model": [{"raw": line}]})
+    with pytest.raises(errors.MalformedMessage, match=named):
+        conn.request("load_model", {"weights": "f32"})
+    conn.close()
+
+
+def test_an_invalid_input_reply_is_the_only_refusal(tmp_path: Path) -> None:
+    conn = scripted(tmp_path, {"load_model": [{"error": [int(ErrorCode.INVALID_INPUT), "no such weights"]}]})
+    with pytest.raises(errors.EngineRefusal, match="no such weights") as caught:
+        conn.request("load_model", {"weights": "f32"})
+    assert isinstance(caught.value, ValueError) and not isinstance(caught.value, errors.WireError)
+    assert conn.failure is None  # a refusal leaves the connection usable
+    conn.close()
+
+
+def test_logits_whose_bytes_and_shape_disagree_are_malformed_not_refused(tmp_path: Path, monkeypatch) -> None:
+    bad = {"logits": {"dtype": "float32", "shape": [1, 4], "data": "AAAA"}, "pos": 1}
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"forward": [{"reply": bad}]}), encoding="utf-8")
+    monkeypatch.setenv("FALSIFY_WIRE_TIMEOUT", "3")
+    engine = WireEngine(f"exec:{sys.executable} {SCRIPTED} {path}")
+    model = engine.load_model()
+    state = model.new_state()
+    with pytest.raises(errors.MalformedMessage, match=r"3 bytes of data for float32 shape \[1, 4\]"):
+        model.forward([1], state)
+    engine.close()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "soon"])
+def test_a_wire_variable_that_is_not_a_finite_positive_number_is_named(monkeypatch, value: str) -> None:
+    monkeypatch.setenv("FALSIFY_WIRE_TIMEOUT", value)
+    with pytest.raises(errors.EngineStartError, match=f"FALSIFY_WIRE_TIMEOUT='{value}'"):
+        WireEngine("exec:true")
+    monkeypatch.delenv("FALSIFY_WIRE_TIMEOUT")
+    monkeypatch.setenv("FALSIFY_WIRE_MAX_LINE", value)
+    with pytest.raises(errors.EngineStartError, match=f"FALSIFY_WIRE_MAX_LINE='{value}'"):
+        WireEngine("exec:true")
+
+
+def test_a_long_request_to_an_engine_blocked_on_stderr_does_not_deadlock(tmp_path: Path) -> None:
+    # after its reply the engine writes 512 KiB to stderr (a pipe holds 64 KiB) before reading stdin again; the
+    # next request is 512 KiB too: both sides would block writing if the harness did not read while it writes
+    conn = scripted(tmp_path, {"new_session": [{"reply": {"session": "s"}}, {"stderr": 512 * 1024}]})
+    conn.request("new_session", {})
+    started = time.monotonic()
+    assert conn.request("release_session", {"session": "x" * (512 * 1024)}) == {}
+    assert time.monotonic() - started < 10
+    assert len(conn.transport.stderr_tail()) <= 4096  # the ring keeps the tail only
+    conn.close()
+
+
+def test_an_engine_that_reads_nothing_times_out_a_long_request(tmp_path: Path) -> None:
+    conn = scripted(tmp_path, {"new_session": [{"reply": {"session": "s"}}, {"sleep": 60}]}, timeout=2)
+    conn.request("new_session", {})
+    started = time.monotonic()
+    with pytest.raises(errors.EngineTimeout, match="timed out after 2 s"):
+        conn.request("release_session", {"session": "x" * (1 << 20)})
+    assert time.monotonic() - started < 6
+
+
+def test_an_endless_log_is_silence_and_shutdown_has_a_deadline(tmp_path: Path) -> None:
+    conn = scripted(
+        tmp_path, {"load_model": [{"log_forever": 1}], "shutdown": [{"log_forever": 1}]}, timeout=2
+    )
+    started = time.monotonic()
+    with pytest.raises(errors.EngineTimeout, match=r"no message but \$/log for 2 s"):
+        conn.request("load_model", {"weights": "f32"})
+    assert time.monotonic() - started < 6
+    conn2 = scripted(tmp_path, {"shutdown": [{"log_forever": 1}]}, timeout=20)
+    started = time.monotonic()
+    conn2.close(grace=1)
+    assert time.monotonic() - started < 5  # shutdown's bound is the grace, not the 20 s timeout
+    assert isinstance(conn2.transport, StdioTransport) and conn2.transport.proc.poll() is not None
+
+
+class _Hostile:
+    """A one-connection-at-a-time HTTP server on 127.0.0.1 that answers every POST with `reply(conn)`."""
+
+    def __init__(self, reply) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.reply = reply
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(0.2)
+                try:
+                    conn.recv(1 << 16)
+                    self.reply(conn, self.stop)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.sock.close()
+
+
+def _drip(conn: socket.socket, stop: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n")
+    for byte in b'{"id": 1, "result": {}}\n':
+        if stop.wait(1.0):
+            return
+        conn.sendall(bytes([byte]))
+
+
+def _continues(conn: socket.socket, stop: threading.Event) -> None:
+    while not stop.wait(0.2):
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+
+def _drip_headers(conn: socket.socket, stop: threading.Event) -> None:
+    for byte in b"HTTP/1.0 200 OK\r\nX-Slow: " + b"a" * 100:
+        if stop.wait(0.5):
+            return
+        conn.sendall(bytes([byte]))
+
+
+@pytest.mark.parametrize(
+    "reply", [_drip, _continues, _drip_headers], ids=["drip-body", "100-continue", "drip-headers"]
+)
+def test_http_has_one_deadline_per_request(reply) -> None:
+    server = _Hostile(reply)
+    try:
+        transport = open_transport(f"http://127.0.0.1:{server.port}", max_line=1 << 20, timeout=2)
+        conn = Connection(transport, timeout=2, max_line=1 << 20)
+        started = time.monotonic()
+        with pytest.raises(errors.EngineTimeout):
+            conn.request("initialize", {})
+        assert time.monotonic() - started < 5, "the deadline was per recv, not per request"
+    finally:
+        server.close()
