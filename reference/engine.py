@@ -15,7 +15,7 @@ from typing import Any
 class ReferenceEngine:
     name = "reference"
     # The capabilities contracts can `require` (contract-v1.schema.json, `requires`).
-    capabilities = frozenset({"quant", "model", "generate", "prefill", "lanes", "sample", "trace"})
+    capabilities = frozenset({"quant", "model", "generate", "prefill", "lanes", "sample", "trace", "gguf"})
 
     def supports(self, capability: str) -> str | None:
         """None when the capability is supported, else the reason it is not."""
@@ -39,6 +39,12 @@ class ReferenceEngine:
         from reference.model import load_model
 
         return load_model(path, weights=weights)
+
+    def export_gguf(self, checkpoint: str | Path, out: str | Path, weights: str = "f32") -> Path:
+        """The checkpoint written as a llama.cpp qwen35 GGUF (weights "f32" or "q4_k"), as reference.gguf_io does."""
+        from reference.gguf_io import write_gguf
+
+        return write_gguf(checkpoint, out, weights=weights)
 
     def trace(self, model: Any, tokens: Any, state: Any) -> dict[str, Any]:
         """One forward that also reports its insides: logits [T, vocab], every decoder layer's output

@@ -18,6 +18,8 @@ and the plugin reports each prediction needing a missing capability NOT APPLICAB
     trace       load_checkpoint(path), trace(model,         compare logits, every layer's output and the GDN
                 tokens, state) -> {logits, hidden, conv,    states with committed HF golden data
                 recurrent}
+    gguf        tiny_model_path(), export_gguf(checkpoint,   write the tiny checkpoint as a llama.cpp qwen35
+                out, weights), load_checkpoint(path)        GGUF; compare with llama.cpp's converter and read back
 
 Two rules make the observations the engine's own rather than a story the adapter tells:
   - `prefill` must advance the state only through `model.forward(tokens, state)` of the model object it is
@@ -50,6 +52,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "lanes": ("load_model", "lane_host", "session"),
     "sample": ("sampler", "greedy"),
     "trace": ("load_checkpoint", "trace"),
+    "gguf": ("tiny_model_path", "export_gguf", "load_checkpoint"),
 }
 
 
