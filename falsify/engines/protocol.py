@@ -227,7 +227,11 @@ class Prefill(Protocol):
 class LaneHost(Protocol):
     """Streams sharing one model: one decode step per decoding stream and at most one prefill chunk per round."""
 
-    def submit(self, prompt: Sequence[int], max_tokens: int, cancel: Any = None) -> int: ...
+    def submit(self, prompt: Sequence[int], max_tokens: int, cancel: Any = None) -> int:
+        """A new stream's id; a stream that cannot fit (no free lane, or fewer free pages than its whole run
+        needs) is refused with an exception whose class is named `LaneRefused`, allocating nothing
+        (FALSIFY-SERVE-PREFILL-019)."""
+        ...
 
     def round(self) -> Any: ...
 

@@ -176,6 +176,41 @@ def test_shared_tokens_equal_alone(engine: Any, model: Any, alone: Any, n_stream
         )
 
 
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-019")
+@pytest.mark.parametrize(
+    ("why", "short_by"), [(c["why"], c["short_by"]) for c in falsify.corners("FALSIFY-SERVE-PREFILL-019")]
+)
+def test_a_submit_that_does_not_fit_is_refused_by_name_and_allocates_nothing(
+    engine: Any, model: Any, why: str, short_by: int
+) -> None:
+    """A pool of 12 pages and two lanes, one stream holding 3 pages; the next submit needs exactly the free pages
+    plus `short_by` (its last position one past a page boundary), or finds both lanes held."""
+    host = engine.lane_host(model, chunk_cap=64, pages=12, page_size=PAGE_SIZE, max_streams=2)
+    host.submit(prompt_of(model, 40, 1), 9)  # 48 positions: 3 pages
+    if why == "lanes":
+        host.submit(prompt_of(model, 5, 2), 2)
+    free = host.pool()[0]
+    max_tokens = 4
+    positions = free * PAGE_SIZE + (1 + (short_by - 1) * PAGE_SIZE if short_by else 0)
+    prompt = prompt_of(model, positions - max_tokens + 1 if why == "pages" else 8, 3)
+    pool_before, streams_before = list(host.pool()), list(host.streams())
+    try:
+        host.submit(prompt, max_tokens)
+        refusal = "none"
+    except Exception as exc:  # the name is the claim: any other exception is a FAIL, not an ERROR
+        refusal = type(exc).__name__
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-019",
+        why=why,
+        short_by=short_by,
+        refusal=refusal,
+        pool_before=pool_before,
+        pool_after=list(host.pool()),
+        streams_before=streams_before,
+        streams_after=list(host.streams()),
+    )
+
+
 # The state machine's reach, as hypothesis' statistics show it (pytest --hypothesis-show-statistics): every label
 # below is an event() the machine records, and the run asserts the ones the predictions need were reached.
 FULL_ROUND = "a round began with every lane decoding"
