@@ -101,7 +101,8 @@ def run_lint(args: argparse.Namespace) -> int:
 def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
-        help="engine under test: a registered name (reference, hf) or module:factory "
+        help="engine under test: a registered name (reference, hf), one given its weights (llamacpp:PATH.gguf, "
+        "hf:CHECKPOINT_DIR) or module:factory "
         "(default: $FALSIFY_ENGINE, then engine in [tool.falsify]; no default beyond those)",
     )
 
@@ -283,6 +284,11 @@ def run_engine(args: argparse.Namespace) -> int:
         f"engine check: {spec} (name {engine.name!r}): {len(claimed)} of {len(rows)} capabilities claimed, "
         f"{len(broken)} claimed without their methods"
     )
+    source = getattr(
+        engine, "weights_source", None
+    )  # adapters that load named weights say which (or why none)
+    if source is not None:
+        print(f"weights: {source}")
     if broken:
         raise EngineError(
             f"engine {spec!r} claims {', '.join(r.capability for r in broken)} without the methods"

@@ -236,3 +236,73 @@ def test_the_reference_engine_is_its_own_opt_in_distribution(
     assert check.returncode == 0, check.stdout + check.stderr
     assert "engine check: reference (name 'reference')" in check.stdout
     assert "claimed without their methods" in check.stdout and ", 0 claimed without" in check.stdout
+
+
+def engine_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "pyproject.toml").write_text("[tool.falsify]\n")
+    return repo
+
+
+def probe_engine(
+    bin_dir: Path, spec: str, repo: Path, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """In the wheel-only venv: load `spec`, generate 3 tokens (harness cancel token) and step a prefill."""
+    code = (
+        "import sys; from falsify.engines.loading import load_engine; e = load_engine(sys.argv[1]); "
+        "m = e.load_model('f32'); run = e.session(m).generate([5, 6, 7], 3, cancel=e.cancel_token()()); "
+        "pf = e.prefill(m, m.new_state(), list(range(1, 80)), chunk_cap=64); "
+        "print(run.emitted, type(run).__name__, pf.run(), pf.pos)"
+    )
+    return run([str(bin_dir / "python"), "-c", code, spec], repo, env)
+
+
+def check_engine_alone(
+    bin_dir: Path, engine: str, weights: Path, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`engine check` of `engine` and of `engine:weights` pass with the harness wheel alone (no `reference`);
+    without weights named, loading says what to install or pass instead of a traceback; with them it runs."""
+    repo = engine_repo(tmp_path)
+    falsify = str(bin_dir / "falsify")
+    check = run([falsify, "engine", "check", "--engine", engine], repo, env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert (
+        f"engine check: {engine} (name '{engine}')" in check.stdout and ", 0 claimed without" in check.stdout
+    )
+    assert "weights: none: --engine" in check.stdout and "falsify-harness-reference" in check.stdout
+    named = run([falsify, "engine", "check", "--engine", f"{engine}:{weights}"], repo, env)
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert f"weights: {weights}" in named.stdout and ", 0 claimed without" in named.stdout
+    unnamed = probe_engine(bin_dir, engine, repo, env)
+    assert unnamed.returncode == 1 and "NoDefaultWeights" in unnamed.stderr
+    assert "pip install ./packaging/reference" in unnamed.stderr.splitlines()[-1]
+    probe = probe_engine(bin_dir, f"{engine}:{weights}", repo, env)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    emitted, _, done, pos = probe.stdout.split()
+    assert (emitted, done, pos) == ("3", "True", "79")
+
+
+@pytest.mark.oracle
+def test_engine_hf_checks_and_runs_with_the_harness_wheel_alone(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from reference.tiny import tiny_model  # this test's side has the checkout; the venv has no `reference`
+
+    bin_dir, env = installed
+    check_engine_alone(bin_dir, "hf", tiny_model(seed=0), tmp_path, env)
+
+
+@pytest.mark.llamacpp
+def test_engine_llamacpp_checks_and_runs_with_the_harness_wheel_alone(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    pytest.importorskip("llama_cpp")
+    from reference.gguf_io import write_gguf  # this test's side has the checkout; the venv has no `reference`
+    from reference.tiny import tiny_model
+
+    gguf = write_gguf(tiny_model(0), tmp_path / "tiny-f32.gguf", weights="f32")
+    bin_dir, env = installed
+    check_engine_alone(bin_dir, "llamacpp", Path(gguf), tmp_path, env)

@@ -108,3 +108,39 @@ def test_gate_fails_on_the_broken_engine_naming_the_emitted_minus_one_prediction
     # the same run's other claims still hold: the gate names the broken claim, not everything
     assert rows["FALSIFY-SERVE-CANCEL-001"]["outcome"] == "PASS"
     assert "FALSIFY-SERVE-CANCEL-002" in proc.stdout and "gate: FAIL" in proc.stdout
+
+
+def test_a_registered_name_passes_the_text_after_its_colon_to_its_factory() -> None:
+    """`llamacpp:PATH.gguf`: the registered factory is called with PATH.gguf (broken takes none, so it refuses)."""
+    with pytest.raises(EngineError, match=r"BrokenEngine\('x\.gguf'\) raised TypeError"):
+        load_engine("broken:x.gguf")
+
+
+def test_without_the_reference_distribution_the_default_weights_are_one_named_error(tmp_path: Path) -> None:
+    """In a process where `reference` is not importable (no checkout on the path), the adapters' fallback says what
+    to install or pass; the broken engine's model (the reference engine's, found by name) is an EngineError."""
+    import subprocess
+    import sys
+
+    code = (
+        "from falsify.engines.adapters import reference_tiny as r\n"
+        "from falsify.engines.loading import EngineError, load_engine\n"
+        "print(r.installed()); print(r.source('--engine x:PATH'))\n"
+        "try:\n    r.reference_module('tiny', '--engine x:PATH')\n"
+        "except r.NoDefaultWeights as exc:\n    print(exc)\n"
+        "try:\n    load_engine('broken').load_model()\n"
+        "except EngineError as exc:\n    print(exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    installed, source, fallback, broken = done.stdout.splitlines()
+    assert installed == "False"
+    assert source.startswith("none: --engine x:PATH (falsify-harness-reference, whose tiny model")
+    assert fallback.startswith(
+        "no weights named (--engine x:PATH) and the default, the reference engine's tiny"
+    )
+    assert fallback.endswith("pip install ./packaging/reference (distribution falsify-harness-reference)")
+    assert broken.startswith("engine 'reference': cannot import reference.engine")

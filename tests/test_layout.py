@@ -1,4 +1,6 @@
-"""The package's folders follow the data flow, and nothing below imports from above (falsify/__init__.py)."""
+"""The package's folders follow the data flow, and nothing below imports from above (falsify/__init__.py); the
+harness never imports the reference engine (its own distribution, packaging/reference); no import circles. All
+static: the files are parsed, never imported."""
 
 from __future__ import annotations
 
@@ -34,6 +36,12 @@ def module_name(path: Path) -> str:
 
 
 def imported(tree: ast.AST, package: str) -> list[tuple[int, str]]:
+    """(line, name) of every falsify name imported anywhere in the module (function bodies included)."""
+    return [(line, name) for line, name in imports(tree, package) if name.startswith("falsify")]
+
+
+def imports(tree: ast.AST, package: str) -> list[tuple[int, str]]:
+    """(line, name) of every import: the module, and for `from m import a` also `m.a`."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -46,7 +54,7 @@ def imported(tree: ast.AST, package: str) -> list[tuple[int, str]]:
                 name = node.module or ""
             found.append((node.lineno, name))
             found += [(node.lineno, f"{name}.{alias.name}") for alias in node.names]
-    return [(line, name) for line, name in found if name.startswith("falsify")]
+    return found
 
 
 MODULES = sorted(p for p in FALSIFY.rglob("*.py") if p.name != "__init__.py" or p.parent != FALSIFY)
@@ -70,3 +78,89 @@ def test_every_package_says_what_it_owns() -> None:
     for init in sorted(FALSIFY.rglob("__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
         assert doc, f"{init.relative_to(FALSIFY.parent)} has no docstring saying what the package owns"
+
+
+ROOT = FALSIFY.parent
+
+
+def package_of(path: Path) -> str:
+    name = module_name(path)
+    return name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+
+def test_the_harness_never_imports_the_reference_engine() -> None:
+    """reference/ is its own distribution that the harness does not depend on. An engine named at run time
+    (`--engine reference`, found by importlib from that string) is how the harness reaches it."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for path in MODULES
+        for line, target in imports(ast.parse(path.read_text(encoding="utf-8")), package_of(path))
+        if target == "reference" or target.startswith("reference.")
+    ]
+    assert not found, "\n".join(found)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """falsify module -> the falsify modules it imports (anywhere in it): `from m import a` is an edge to m.a when
+    that is a module, else to m."""
+    names = {module_name(p): p for p in MODULES}
+    names["falsify"] = FALSIFY / "__init__.py"
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for _, target in imported(ast.parse(path.read_text(encoding="utf-8")), package):
+            while target and target not in names:  # an attribute of a module: its module
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                targets.add(target)
+        graph[name] = targets
+    # `from m import a` where m.a is a module also names m itself: keep only the most specific edge
+    return {n: {t for t in ts if not any(o.startswith(t + ".") for o in ts)} for n, ts in graph.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_circle_and_nothing_in_a_line() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_circles_in_falsify() -> None:
+    found = cycles(import_graph())
+    assert not found, "import circles (each a set of modules that import each other): " + "; ".join(
+        " <-> ".join(c) for c in found
+    )

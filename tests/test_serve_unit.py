@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from falsify.engines.wire.client import HarnessCancel, WireConfig, WireEngine
+from falsify.engines.cancel import HarnessCancel
+from falsify.engines.wire.client import WireConfig, WireEngine
 from falsify.engines.wire.messages import decode_f32
 from reference.cancel import CancelToken
 from reference.model import load_model

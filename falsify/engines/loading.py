@@ -1,5 +1,7 @@
-"""Choosing the engine under test: a registered name (`reference`, `hf`), `module:factory`, or a wire engine in any
-language: `exec:"CMD ARGS"` (a subprocess speaking docs/engine-protocol.md on stdio) or `http://HOST:PORT`.
+"""Choosing the engine under test: a registered name (`reference`, `hf`), a registered name with its argument
+(`llamacpp:PATH.gguf`: the name's factory is called with the text after the colon), `module:factory`, or a wire
+engine in any language: `exec:"CMD ARGS"` (a subprocess speaking docs/engine-protocol.md on stdio) or
+`http://HOST:PORT`.
 
 Which engine: `--engine`, else the FALSIFY_ENGINE environment variable, else `engine` in [tool.falsify]; none of
 the three is an error (never a silent default). An engine that cannot be imported or made, or that says it supports
@@ -70,7 +72,12 @@ def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
         from falsify.engines.wire.client import WireEngine
 
         return WireEngine(spec)
-    target = REGISTERED.get(spec, spec)
+    name, colon, argument = spec.partition(":")
+    arguments: tuple[str, ...] = ()
+    if colon and name in REGISTERED:  # a registered engine given its argument: llamacpp:PATH.gguf
+        target, arguments = REGISTERED[name], (argument,)
+    else:
+        target = REGISTERED.get(spec, spec)
     if ":" not in target:
         raise EngineError(
             f'unknown engine {spec!r}: use one of {", ".join(REGISTERED)}, module:factory, exec:"CMD ARGS" or '
@@ -95,9 +102,10 @@ def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
                 f"engine {spec!r}: {target} is not callable (a class or a function making the engine)"
             )
         try:
-            engine = factory()
+            engine = factory(*arguments)
         except Exception as exc:  # the engine's own code: one line, not a traceback
-            raise EngineError(f"engine {spec!r}: {target}() raised {type(exc).__name__}: {exc}") from None
+            called = f"{target}({', '.join(map(repr, arguments))})"
+            raise EngineError(f"engine {spec!r}: {called} raised {type(exc).__name__}: {exc}") from None
     for needed in ("name", "supports"):
         if not hasattr(engine, needed):
             raise EngineError(

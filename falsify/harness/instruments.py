@@ -12,11 +12,11 @@ measured rather than what the engine's run record says about itself (an engine's
                                            # the end of the prompt
 
 CountingCancel(budget=None)
-    The engine protocol's CancelToken (falsify/engines/protocol.py): `is_cancelled()` is the poll an engine makes
-    (counted, thread-safe), `cancel()` sets the flag from any thread, `peek()` looks without counting, `polls` is
-    the count. With a budget of n the first n polls answer False and every later one True; a budget of 0 permits
-    no token. `with_budget(n)` and `never()` are the factory's other constructors; a `never()` token still counts
-    its polls (the harness counts every poll; only the engine's record may leave them out).
+    falsify.engines.cancel.HarnessCancel (the engine protocol's CancelToken): `is_cancelled()` is the poll an
+    engine makes (counted, thread-safe), `cancel()` sets the flag from any thread, `peek()` looks without
+    counting, `polls` is the count. With a budget of n the first n polls answer False and every later one True; a
+    budget of 0 permits no token. `with_budget(n)` and `never()` are the factory's other constructors; a `never()`
+    token still counts its polls (the harness counts every poll; only the engine's record may leave them out).
 
 CountingModel(model)
     Wraps any Model (new_state, forward, config, ...): every attribute but `forward` is the wrapped model's, so a
@@ -32,68 +32,22 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
+
+from falsify.engines.cancel import HarnessCancel
 
 __all__ = ["CountingCancel", "CountingModel", "Forward"]
 
 
-class CountingCancel:
-    """A cancel token whose polls the harness counts; see the module docstring."""
+class CountingCancel(HarnessCancel):
+    """The engines' HarnessCancel, but `never()` counts its polls too; see the module docstring."""
 
-    __slots__ = ("_budget", "_can_cancel", "_event", "_lock", "_polls")
-
-    def __init__(self, budget: int | None = None, *, _can_cancel: bool = True) -> None:
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-            raise ValueError(f"cancel budget must be an int >= 0 or None, got {budget!r}")
-        self._budget = budget  # polls answered False before the token cancels itself; None: no budget
-        self._can_cancel = _can_cancel
-        self._event = threading.Event()  # set by cancel(), from any thread
-        self._lock = threading.Lock()  # guards _polls across polling threads
-        self._polls = 0
+    __slots__ = ()
 
     @classmethod
-    def with_budget(cls, n: int) -> CountingCancel:
-        """The first n polls answer False, every later poll True."""
-        return cls(n)
-
-    @classmethod
-    def never(cls) -> CountingCancel:
+    def never(cls) -> Self:
         """Never cancels (cancel() refuses), yet every poll is counted."""
         return cls(None, _can_cancel=False)
-
-    def is_cancelled(self) -> bool:
-        """The engine's poll: counts one poll, then answers."""
-        with self._lock:
-            self._polls += 1
-            over = self._budget is not None and self._polls > self._budget
-        return over or self._event.is_set()
-
-    def peek(self) -> bool:
-        """Whether the next poll would answer True; counts nothing."""
-        with self._lock:
-            over = self._budget is not None and self._polls >= self._budget
-        return over or self._event.is_set()
-
-    def cancel(self) -> None:
-        """Request cancellation; any thread, any number of times."""
-        if not self._can_cancel:
-            raise ValueError("CountingCancel.never() cannot be cancelled; use CountingCancel() to cancel")
-        self._event.set()
-
-    @property
-    def polls(self) -> int:
-        """Polls counted so far."""
-        with self._lock:
-            return self._polls
-
-    @property
-    def cancelled(self) -> bool:
-        """Whether cancel() was called (the budget aside)."""
-        return self._event.is_set()
-
-    def __repr__(self) -> str:
-        budget = "never" if not self._can_cancel else f"budget={self._budget}"
-        return f"CountingCancel({budget}, polls={self._polls}, cancelled={self._event.is_set()})"
 
 
 @dataclass(frozen=True, slots=True)

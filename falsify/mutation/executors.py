@@ -1,5 +1,6 @@
-"""Where mutant runs execute: `local` (threads over one scratch area on this machine: the default) or `ray` (one
-Ray task per mutant on a cluster). Both return the same MutantResults in the same order, so the kill matrix, the
+"""Where mutant runs execute: `local` (threads on this machine: the default) or `ray` (one Ray task per mutant on a
+cluster). The callers (the semantic runner, mutmut campaigns) hand in a module-level function and its tasks and get
+the results back in completion order; this module knows nothing of what a task runs, so the kill matrix, the
 Stryker report and the evidence bundle do not depend on the executor.
 
 Ray, following its task model: the project goes into the object store once, as a content-addressed snapshot (a
@@ -24,14 +25,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from falsify.errors import FalsifyError
-
-if TYPE_CHECKING:
-    from falsify.contracts.corpus import Mutant
-    from falsify.mutation.semantic.runner import Control, MutantResult, Runner, Settings
-    from falsify.mutation.semantic.scratch import Scratch
 
 EXECUTORS = ("local", "ray")
 RAY_RETRIES = 3  # re-runs of a task whose worker or node died; a mutant run is idempotent
@@ -41,19 +37,12 @@ class ExecutorError(FalsifyError):
     """An executor that cannot start (Ray missing, no cluster at the address)."""
 
 
-def run_local(
-    runner: Runner, scratch: Scratch, mutants: list[Mutant], timeout: float, jobs: int
-) -> Iterator[MutantResult]:
-    """Today's behaviour: `jobs` threads, each running one mutant's falsifiers in a copy under `scratch`."""
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(runner.run_mutant, scratch, m, timeout) for m in mutants]
-        try:
-            for future in as_completed(futures):
-                yield future.result()
-        except BaseException:
-            scratch.stop()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+def available_cores() -> int:
+    """CPUs this process may run on (its affinity mask on Linux)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 # -- ray ---------------------------------------------------------------------------------------------------------
@@ -116,32 +105,6 @@ def unpack(digest: str, data: bytes) -> Path:
     return base
 
 
-def run_mutant_in(
-    root: Path, settings: Settings, control: Control, mutant_id: str, timeout: float
-) -> MutantResult:
-    """One mutant's falsifiers in a scratch copy of the project at `root` (a node's unpacked snapshot)."""
-    from falsify.mutation.semantic.runner import Runner, load
-    from falsify.mutation.semantic.scratch import Scratch
-    from falsify.project import find_project
-
-    project, corpus, problems = load(find_project(root))
-    if problems:
-        raise ExecutorError(f"the snapshot does not lint on the worker: {problems[0]}")
-    runner = Runner(project, corpus, settings, progress=lambda _line: None)
-    runner.control = control
-    mutant = next(m for m in corpus.mutants if m.id == mutant_id)
-    with Scratch(project.root, exclude=project.copy_exclude) as scratch:
-        return runner.run_mutant(scratch, mutant, timeout)
-
-
-def run_ray(
-    runner: Runner, scratch: Scratch, mutants: list[Mutant], timeout: float, address: str
-) -> Iterator[MutantResult]:
-    assert runner.control is not None
-    tasks = [(runner.settings, runner.control, m.id, timeout) for m in mutants]
-    return ray_tasks(run_mutant_in, tasks, runner.project.root, address, scratch.exclude, runner.say)
-
-
 def ray_tasks(
     fn: Callable[..., Any],
     tasks: list[tuple[Any, ...]],
@@ -200,8 +163,6 @@ def run_tasks(
 def _local_tasks(
     fn: Callable[..., Any], tasks: list[tuple[Any, ...]], root: Path, jobs: int
 ) -> Iterator[Any]:
-    from falsify.mutation.semantic.runner import available_cores
-
     with ThreadPoolExecutor(max_workers=max(1, min(jobs or available_cores(), len(tasks) or 1))) as pool:
         futures = [pool.submit(fn, root, *task) for task in tasks]
         for future in as_completed(futures):
@@ -210,22 +171,6 @@ def _local_tasks(
 
 def _in_snapshot(digest: str, data: bytes, fn: Callable[..., Any], task: tuple[Any, ...]) -> Any:
     return fn(unpack(digest, data), *task)
-
-
-def results(
-    executor: str,
-    runner: Runner,
-    scratch: Scratch,
-    mutants: list[Mutant],
-    timeout: float,
-    jobs: int,
-    address: str | None,
-) -> Iterator[MutantResult]:
-    if executor == "local":
-        return run_local(runner, scratch, mutants, timeout, jobs)
-    if executor == "ray":
-        return run_ray(runner, scratch, mutants, timeout, address or "auto")
-    raise ExecutorError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

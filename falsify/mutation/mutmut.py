@@ -853,7 +853,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from falsify.mutation.semantic.runner import available_cores
+    from falsify.mutation.executors import available_cores
 
     if shutil.which("git") is None and args.since:
         raise MutmutError("--since needs git on PATH")

@@ -6,7 +6,9 @@ the run cancelled has already run, and its logits are thrown away. With a budget
 tokens and runs n decode forwards, so the falsifiers must report FALSIFY-SERVE-CANCEL-002
 (decode_forwards == emitted - 1) red on it: `falsify gate --engine falsify.engines.adapters.broken:BrokenEngine`.
 
-Only `generate` is offered: every other capability is NOT APPLICABLE, so the gate checks just this loop.
+Only `generate` is offered: every other capability is NOT APPLICABLE, so the gate checks just this loop. The model
+is the reference engine's, found by name at run time (`falsify.engines.loading`), so the harness does not depend
+on the reference distribution; without it, load_model is a one-line EngineError naming what to install.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from falsify.engines.cancel import HarnessCancel
+from falsify.engines.loading import load_engine
 from falsify.engines.protocol import RunRecord
-from reference.engine import ReferenceEngine
 
 
 class BrokenSession:
@@ -33,9 +36,7 @@ class BrokenSession:
         sampler: Callable[[np.ndarray], int] | None = None,
         on_token: Callable[[int], object] | None = None,
     ) -> RunRecord:
-        from reference.cancel import CancelToken
-
-        cancel = CancelToken.never() if cancel is None else cancel
+        cancel = HarnessCancel.never() if cancel is None else cancel
         sample = sampler or (lambda logits: int(np.argmax(logits)))
         stops = frozenset(int(t) for t in stop_tokens)
         state = self.model.new_state()
@@ -78,9 +79,15 @@ class BrokenSession:
         )
 
 
-class BrokenEngine(ReferenceEngine):
+class BrokenEngine:
     name = "broken"
     capabilities = frozenset({"generate"})
+
+    def load_model(self, weights: str = "f32") -> Any:
+        return load_engine("reference").load_model(weights)
+
+    def cancel_token(self) -> type[HarnessCancel]:
+        return HarnessCancel
 
     def supports(self, capability: str) -> str | None:
         if capability in self.capabilities:

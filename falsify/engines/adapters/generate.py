@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from falsify.engines.cancel import HarnessCancel
 from falsify.engines.protocol import RunRecord
 
 
@@ -41,9 +42,7 @@ def generate_arguments(
 ) -> tuple[list[int], list[int], Any]:
     """(prompt ids, stop ids, cancel token) of a `generate` call, or a ValueError. The library generates at
     least one token (max_tokens >= 1) within `positions` (its context); no cancel token means one that never
-    cancels (reference.cancel.CancelToken.never())."""
-    from reference.cancel import CancelToken
-
+    cancels (HarnessCancel.never())."""
     ids = token_ids(prompt, "prompt", vocab)
     if not ids:
         raise ValueError("prompt is empty: generate needs at least one token to prefill")
@@ -54,7 +53,7 @@ def generate_arguments(
             f"prompt of {len(ids)} tokens with max_tokens={max_tokens} exceeds the model's {positions} positions"
         )
     stops = token_ids(stop_tokens, "stop_tokens", vocab)
-    cancel = CancelToken.never() if cancel is None else cancel
+    cancel = HarnessCancel.never() if cancel is None else cancel
     if not (callable(getattr(cancel, "is_cancelled", None)) and hasattr(cancel, "polls")):
         raise ValueError(f"cancel must have is_cancelled() and polls, got {type(cancel).__name__}")
     if sampler is not None and not callable(sampler):

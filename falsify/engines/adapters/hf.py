@@ -1,14 +1,15 @@
 """HF transformers as an engine under test: Qwen3_5ForCausalLM, CPU, eager attention, float32.
 
-The same tiny checkpoint the reference engine loads (reference.tiny.tiny_model(seed=0): config.json +
-model.safetensors) is loaded with `from_pretrained`; nothing of the reference engine's numerics is used.
+`--engine hf:DIR` loads the Qwen3.5 checkpoint in DIR (config.json + *.safetensors) with `from_pretrained`;
+`--engine hf` loads the tiny checkpoint the reference engine loads (reference.tiny.tiny_model(seed=0)) where the
+reference distribution is installed (reference_tiny.py). Nothing of the reference engine's numerics is used.
 
 generate   `model.generate` itself, greedy or with the caller's sampler (a LogitsProcessor that leaves only the
            sampled token finite), with the cancel token polled the only way its loop allows: a StoppingCriteria,
            which the loop calls after each forward and token append. Forwards are counted by a forward pre-hook
            on the model (tokens fed, cache position before the call), polls by the token itself, emitted
            tokens by a streamer, so the Run record is measured, not derived from the token count.
-prefill    a stepped pass over the prompt through HF's DynamicCache: reference.prefill.Prefill plans the cuts and
+prefill    a stepped pass over the prompt through HF's DynamicCache: the harness's SteppedPrefill plans the cuts and
            calls HFModel.forward (one `model(input_ids=chunk, cache=...)` per chunk), the way generate's
            `prefill_chunk_size` feeds a long prompt. The state bytes are the
            cache's conv and recurrent state of each Gated DeltaNet layer and the K/V of each attention layer,
@@ -36,9 +37,11 @@ import torch
 import transformers
 from transformers.generation.streamers import BaseStreamer
 
+from falsify.engines.adapters import reference_tiny
 from falsify.engines.adapters.generate import generate_arguments, run_record, token_ids
+from falsify.engines.cancel import HarnessCancel
+from falsify.engines.prefill import SteppedPrefill
 from falsify.engines.protocol import RunRecord
-from reference.prefill import Prefill
 
 # The width torch_chunk_gated_delta_rule (transformers' Qwen3.5 fallback kernel without flash-linear-attention)
 # pads and groups a call's tokens into, aligned to the call's first token: HF's chunk grid.
@@ -60,8 +63,17 @@ class HFEngine:
     name = "hf"
     capabilities = frozenset({"generate", "prefill"})
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoint: str | None = None) -> None:
         torch.set_num_threads(int(os.environ.get("FALSIFY_TORCH_THREADS", "1")))
+        self.checkpoint = Path(checkpoint) if checkpoint else None
+        if self.checkpoint is not None and not (self.checkpoint / "config.json").is_file():
+            raise ValueError(f"hf:{checkpoint}: no config.json there (a Qwen3.5 checkpoint directory)")
+
+    @property
+    def weights_source(self) -> str:
+        if self.checkpoint is not None:
+            return str(self.checkpoint)
+        return reference_tiny.source("--engine hf:CHECKPOINT_DIR")
 
     def supports(self, capability: str) -> str | None:
         if capability in self.capabilities:
@@ -69,9 +81,11 @@ class HFEngine:
         return UNSUPPORTED.get(capability, f"the HF adapter has no {capability!r}")
 
     def tiny_model_path(self) -> Path:
-        from reference.tiny import tiny_model  # the checkpoint generator only: weights, not numerics
-
-        return tiny_model(seed=0)
+        """The checkpoint this engine loads: the one named, else the reference engine's tiny model."""
+        if self.checkpoint is not None:
+            return self.checkpoint
+        tiny = reference_tiny.reference_module("tiny", "--engine hf:CHECKPOINT_DIR")
+        return Path(tiny.tiny_model(seed=0))  # the checkpoint generator only: weights, not numerics
 
     def load_model(self, weights: str = "f32") -> HFModel:
         if weights != "f32":
@@ -83,18 +97,16 @@ class HFEngine:
     def session(self, model: HFModel) -> HFSession:
         return HFSession(model)
 
-    def cancel_token(self) -> Any:
+    def cancel_token(self) -> type[HarnessCancel]:
         # The token is the falsifiers' instrument (a budget, a flag any thread may set, a poll counter), not
-        # engine numerics: every engine is measured with the same one.
-        from reference.cancel import CancelToken
+        # engine numerics: every adapted engine is measured with the same one.
+        return HarnessCancel
 
-        return CancelToken
-
-    def prefill(self, model: Any, state: HFState, prompt: Sequence[int], **kw: Any) -> Prefill:
-        # The reference engine's stepper itself, driving HF's forward through the model interface (forward,
-        # new_state, state.pos/copy/release): cuts, marks and kept prefixes are planned by the same code for
-        # both engines, so a prefill finding on HF is HF's numerics, not a copy's planning.
-        return Prefill.open(model, state, prompt, **kw)
+    def prefill(self, model: Any, state: HFState, prompt: Sequence[int], **kw: Any) -> SteppedPrefill:
+        # The harness's stepper, driving HF's forward through the model interface (forward, new_state,
+        # state.pos/copy/release). The falsifiers judge the cuts by the forward calls the harness counts, so a
+        # planning slip here or in the reference engine's own planner shows as a finding, not as agreement.
+        return SteppedPrefill.open(model, state, prompt, **kw)
 
 
 @cache

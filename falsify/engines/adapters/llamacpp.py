@@ -1,8 +1,9 @@
 """llama.cpp as an engine under test, through llama-cpp-python (CPU, one thread by default).
 
-The tiny checkpoint the reference engine loads is written as a llama.cpp `qwen35` GGUF by reference.gguf_io
-(tests/test_gguf_io.py holds it to what llama.cpp's own converter writes: same tensors, metadata and bytes but
-for an ulp in ssm_a), or $FALSIFY_LLAMACPP_GGUF names another file. Context: flash attention off, f32 K and V
+`--engine llamacpp:PATH.gguf` serves that GGUF file (so does $FALSIFY_LLAMACPP_GGUF). Given none, and only where
+the reference distribution is installed (reference_tiny.py), the tiny checkpoint the reference engine loads is
+written as a llama.cpp `qwen35` GGUF by reference.gguf_io (tests/test_gguf_io.py holds it to what llama.cpp's own
+converter writes: same tensors, metadata and bytes but for an ulp in ssm_a). Context: flash attention off, f32 K and V
 cache, n_ctx 4096, n_batch = n_ctx (so one forward call is one llama_decode; llama.cpp splits it into ubatches
 of 512 itself), and `use_extra_bufts=False` for the weights: on this machine's CPU, Q4_K weights repacked into
 the extra CPU buffer type crash any decode of 2+ tokens (docs/llamacpp.md, finding L1).
@@ -18,10 +19,10 @@ generate   `Llama.generate` itself, the loop users run (create_completion runs i
            loop makes (Llama.eval) goes through `model.forward`, so a harness proxy on the model counts them.
            `llamacpp-abort` polls the token from llama_set_abort_callback instead: llama.cpp calls it while it
            computes a graph, so it aborts a decode mid-way.
-prefill    reference.prefill.Prefill over `model.forward`: one llama_decode per chunk at the cuts asked for.
+prefill    the harness's SteppedPrefill over `model.forward`: one llama_decode per chunk at the cuts asked for.
 
-`llamacpp` serves the f32 GGUF, `llamacpp-q4k` the Q4_K one (every projection Q4_K) for every load_model
-request, so the packs, which ask for the engine's float32 model, run on the quantized file. Not offered, with
+Without a path, `llamacpp` serves the f32 GGUF, `llamacpp-q4k` the Q4_K one (every projection Q4_K) for every
+load_model request, so the packs, which ask for the engine's float32 model, run on the quantized file. Not offered, with
 reasons: `lanes`, `quant`, `model` (kernel twins), `sample` (see UNSUPPORTED).
 """
 
@@ -43,9 +44,11 @@ import llama_cpp
 import llama_cpp.llama_cpp as C
 import numpy as np
 
+from falsify.engines.adapters import reference_tiny
 from falsify.engines.adapters.generate import generate_arguments, run_record, token_ids
+from falsify.engines.cancel import HarnessCancel
+from falsify.engines.prefill import SteppedPrefill
 from falsify.engines.protocol import RunRecord
-from reference.prefill import Prefill
 
 # llama.cpp's chunked Gated DeltaNet (build_delta_net_chunking, src/models/delta-net-base.cpp) groups a call's
 # tokens into chunks of 64 aligned to the call's first token; a one-token call takes the recurrent path instead.
@@ -91,9 +94,20 @@ class LlamaCppEngine:
             return None
         return UNSUPPORTED.get(capability, f"the llama.cpp adapter has no {capability!r}")
 
+    def __init__(self, gguf: str | None = None) -> None:
+        named = gguf or os.environ.get("FALSIFY_LLAMACPP_GGUF")
+        self.gguf = Path(named) if named else None
+        if self.gguf is not None and not self.gguf.is_file():
+            raise ValueError(f"{self.name}:{named}: no such GGUF file")
+
+    @property
+    def weights_source(self) -> str:
+        if self.gguf is not None:
+            return str(self.gguf)
+        return reference_tiny.source(f"--engine {self.name}:PATH.gguf")
+
     def gguf_path(self, weights: str) -> Path:
-        override = os.environ.get("FALSIFY_LLAMACPP_GGUF")
-        return Path(override) if override else tiny_gguf(weights)
+        return self.gguf if self.gguf is not None else tiny_gguf(weights, f"--engine {self.name}:PATH.gguf")
 
     def load_model(self, weights: str = "f32") -> LlamaCppModel:
         if weights not in ("f32", "q4_k"):
@@ -104,13 +118,11 @@ class LlamaCppEngine:
     def session(self, model: Any) -> LlamaCppSession:
         return LlamaCppSession(model, abort_callback=self.abort_callback)
 
-    def cancel_token(self) -> Any:
-        from reference.cancel import CancelToken  # the falsifiers' instrument, not engine numerics
+    def cancel_token(self) -> type[HarnessCancel]:
+        return HarnessCancel  # the falsifiers' instrument, not engine numerics
 
-        return CancelToken
-
-    def prefill(self, model: Any, state: LlamaCppState, prompt: Sequence[int], **kw: Any) -> Prefill:
-        return Prefill.open(model, state, prompt, **kw)
+    def prefill(self, model: Any, state: LlamaCppState, prompt: Sequence[int], **kw: Any) -> SteppedPrefill:
+        return SteppedPrefill.open(model, state, prompt, **kw)
 
 
 class LlamaCppQ4KEngine(LlamaCppEngine):
@@ -131,15 +143,15 @@ def threads() -> int:
     return int(os.environ.get("FALSIFY_LLAMACPP_THREADS", "1"))
 
 
-def tiny_gguf(weights: str) -> Path:
-    """reference.tiny's checkpoint as a qwen35 GGUF in the cache dir, written once (atomically)."""
-    from reference.gguf_io import write_gguf
-    from reference.tiny import TINY_VERSION, cache_dir, tiny_model
-
-    path = cache_dir() / f"tiny-0-v{TINY_VERSION}-{weights}.gguf"
+def tiny_gguf(weights: str, named: str = "--engine llamacpp:PATH.gguf") -> Path:
+    """reference.tiny's checkpoint as a qwen35 GGUF in the cache dir, written once (atomically); a
+    NoDefaultWeights error saying `named` where the reference distribution is not installed."""
+    tiny = reference_tiny.reference_module("tiny", named)
+    gguf_io = reference_tiny.reference_module("gguf_io", named)
+    path = Path(tiny.cache_dir()) / f"tiny-0-v{tiny.TINY_VERSION}-{weights}.gguf"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_gguf(tiny_model(0), path, weights=weights)
+        gguf_io.write_gguf(tiny.tiny_model(0), path, weights=weights)
     return path
 
 

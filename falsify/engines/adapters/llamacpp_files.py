@@ -51,9 +51,10 @@ def spm_tokenizer_model(vocab_size: int) -> bytes:
     """A SentencePiece model whose pieces are reference.gguf_io.vocab(vocab_size)."""
     from sentencepiece import sentencepiece_model_pb2 as spm
 
-    from reference.gguf_io import vocab
+    from falsify.engines.adapters.reference_tiny import reference_module
 
-    tokens, scores, types = vocab(vocab_size)
+    gguf_io = reference_module("gguf_io", "--engine llamacpp:PATH.gguf")
+    tokens, scores, types = gguf_io.vocab(vocab_size)
     model = spm.ModelProto()
     model.trainer_spec.model_type = spm.TrainerSpec.BPE
     model.trainer_spec.vocab_size = vocab_size

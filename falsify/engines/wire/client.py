@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from falsify.engines.cancel import HarnessCancel
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
 from falsify.engines.wire.messages import PROTOCOL_VERSION, ErrorCode, decode_bytes, decode_f32
@@ -324,47 +325,6 @@ class EventState:
 
     pos: int
     session: str
-
-
-class HarnessCancel:
-    """The harness's cancel token (`engine.cancel_token()`): the engine's `$/poll`s are answered from it and
-    counted here. `HarnessCancel()` is cancelled by cancel() from any thread; `with_budget(n)` answers its first n
-    polls false and every later one true; `never()` never cancels and counts nothing. Any object with
-    `is_cancelled()` and `polls` (falsify.harness.instruments.CountingCancel) serves as well."""
-
-    def __init__(self, budget: int | None = None, *, _counting: bool = True) -> None:
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
-            raise ValueError(f"cancel budget must be an int >= 0, got {budget!r}")
-        self._budget = budget
-        self._counting = _counting
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._polls = 0
-
-    @classmethod
-    def with_budget(cls, n: int) -> HarnessCancel:
-        return cls(n)
-
-    @classmethod
-    def never(cls) -> HarnessCancel:
-        return cls(None, _counting=False)
-
-    def cancel(self) -> None:
-        if not self._counting:
-            raise ValueError("never() cannot be cancelled")
-        self._event.set()
-
-    def is_cancelled(self) -> bool:
-        if not self._counting:
-            return False
-        with self._lock:
-            self._polls += 1
-            over = self._budget is not None and self._polls > self._budget
-        return over or self._event.is_set()
-
-    @property
-    def polls(self) -> int:
-        return self._polls
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ import os
 import shlex
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
@@ -31,6 +32,7 @@ from falsify.contracts.corpus import Corpus, Mutant
 from falsify.harness.command import falsifier_args
 from falsify.harness.results import Outcome, PredictionResult, per_prediction
 from falsify.mutation import executors
+from falsify.mutation.executors import available_cores
 from falsify.mutation.semantic import edits, probe
 from falsify.mutation.semantic.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
 from falsify.mutation.semantic.scratch import Finished, Interrupted, Scratch
@@ -121,13 +123,6 @@ def module_name(file: str, src_layout: bool = False) -> str:
 
 def edit_of(m: Mutant) -> Edit:
     return edits.edit_of(m)
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 class Runner:
@@ -487,9 +482,7 @@ class Runner:
                     f"{len(mutants)} mutants on {run.jobs} workers (scope {self.settings.scope})"
                 )
                 timeout = self.settings.timeout or max(60.0, 5 * self.control.seconds)
-                stream = executors.results(
-                    self.settings.executor, self, scratch, mutants, timeout, run.jobs, self.settings.address
-                )
+                stream = self.results(scratch, mutants, timeout, run.jobs)
                 for done, result in enumerate(stream, 1):
                     run.results.append(result)
                     self.say(f"mutants: [{done}/{len(mutants)}] {progress_line(result)}")
@@ -499,6 +492,50 @@ class Runner:
         run.results.sort(key=lambda r: order[r.mutant.id])
         run.wall = time.perf_counter() - start
         return run
+
+    def results(
+        self, scratch: Scratch, mutants: list[Mutant], timeout: float, jobs: int
+    ) -> Iterator[MutantResult]:
+        """Each mutant's result, in completion order, from the settings' executor: `jobs` local threads over
+        copies under `scratch`, or one Ray task per mutant (run_mutant_in, in a snapshot of the project)."""
+        if self.settings.executor == "ray":
+            assert self.control is not None
+            tasks = [(self.settings, self.control, m.id, timeout) for m in mutants]
+            root, address = self.project.root, self.settings.address or "auto"
+            return executors.ray_tasks(run_mutant_in, tasks, root, address, scratch.exclude, self.say)
+        if self.settings.executor != "local":
+            raise executors.ExecutorError(
+                f"unknown executor {self.settings.executor!r} (choose from {', '.join(executors.EXECUTORS)})"
+            )
+        return self._threads(scratch, mutants, timeout, jobs)
+
+    def _threads(
+        self, scratch: Scratch, mutants: list[Mutant], timeout: float, jobs: int
+    ) -> Iterator[MutantResult]:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(self.run_mutant, scratch, m, timeout) for m in mutants]
+            try:
+                for future in as_completed(futures):
+                    yield future.result()
+            except BaseException:
+                scratch.stop()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+
+def run_mutant_in(
+    root: Path, settings: Settings, control: Control, mutant_id: str, timeout: float
+) -> MutantResult:
+    """A Ray task: one mutant's falsifiers in a scratch copy of the project at `root` (a node's unpacked
+    snapshot)."""
+    project, corpus, problems = load(find_project(root))
+    if problems:
+        raise executors.ExecutorError(f"the snapshot does not lint on the worker: {problems[0]}")
+    runner = Runner(project, corpus, settings, progress=lambda _line: None)
+    runner.control = control
+    mutant = next(m for m in corpus.mutants if m.id == mutant_id)
+    with Scratch(project.root, exclude=project.copy_exclude) as scratch:
+        return runner.run_mutant(scratch, mutant, timeout)
 
 
 def progress_line(r: MutantResult) -> str:
