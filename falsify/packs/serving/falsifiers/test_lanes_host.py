@@ -252,6 +252,7 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
             self.most_decoding = 0
             self.reached: set[str] = set()
             self.opening = True
+            self.churned = False  # the last rule cancelled and resumed a prefilling stream beside another
 
         def phase(self, sid: int) -> str:
             return str(self.host.stats(sid).phase)
@@ -335,6 +336,18 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
             self.host.resume(sid)
             self.waited[sid] = 0
 
+        @precondition(lambda self: any(self.phase(s) == "prefill" for s in self.jobs))
+        @rule(data=st.data())
+        def cancel_resume_round(self, data: st.DataObject) -> None:
+            """cancel -> resume -> round on one prefilling stream: drawn repeatedly, consecutive rounds."""
+            sid = data.draw(st.sampled_from(sorted(s for s in self.jobs if self.phase(s) == "prefill")))
+            others = any(self.phase(s) == "prefill" for s in self.jobs if s != sid)
+            self.host.cancel(sid)
+            self.host.resume(sid)
+            self.waited[sid] = 0
+            self.rounds(1)
+            self.churned = others
+
         @invariant()
         def pool_conserved(self) -> None:
             free, used, total = self.host.pool()
@@ -351,8 +364,13 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
                 MACHINE_REACH.get("PREFILL-009 non-empty checks", 0) + 1
             )
             max_wait = max([self.waited[s] for s in self.jobs if self.phase(s) == "prefill"], default=0)
+            churned, self.churned = self.churned, False
             falsify.check(
-                "FALSIFY-SERVE-PREFILL-009", gaps=gaps, max_wait=max_wait, streams=max(self.most_held, 1)
+                "FALSIFY-SERVE-PREFILL-009",
+                gaps=gaps,
+                max_wait=max_wait,
+                streams=max(self.most_held, 1),
+                churned=churned,
             )
 
         @invariant()
@@ -436,4 +454,45 @@ def test_two_long_prompts_take_turns(engine: Any, model: Any, seed: int) -> None
                 gaps=gaps,
                 max_wait=max([waited[s] for s in prefilling], default=0),
                 streams=len(streams),
+            )
+
+
+# cancel -> resume -> round on the same prefilling stream, round after round, beside another prompt and a decoding
+# stream: the resumed stream rejoins the prefill queue at its back, so the other prompt is served every round. A
+# host that puts it back at the head serves it every round instead, and the other prompt waits 3 rounds (= streams).
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-009")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_stream_cancelled_and_resumed_every_round_never_jumps_the_queue(
+    engine: Any, model: Any, seed: int
+) -> None:
+    host = engine.lane_host(model, chunk_cap=64, pages=36, page_size=PAGE_SIZE, max_streams=3)
+    decoding = host.submit(prompt_of(model, 20, seed + 2), 12)
+    host.round()
+    churn, other = (host.submit(prompt_of(model, n, seed + i), 3) for i, n in enumerate((250, 140)))
+    streams = [decoding, churn, other]
+    waited = {churn: 0, other: 0}
+
+    def prefilling() -> list[int]:
+        return [s for s in (churn, other) if str(host.stats(s).phase) == "prefill"]
+
+    for _ in range(40):
+        if not host.busy():
+            break
+        churned = prefilling() == [churn, other]
+        if churned:
+            host.cancel(churn)
+            host.resume(churn)
+            waited[churn] = 0  # a resumed stream waits from its resume, as a new arrival
+        report = host.round()
+        served = report.prefilled[0] if report.prefilled else None
+        for sid in prefilling():
+            waited[sid] = 0 if sid == served else waited[sid] + 1
+        gaps = [g for s in streams for g in host.decode_gaps(s)]
+        if gaps:  # an empty list would be a vacuous check
+            falsify.check(
+                "FALSIFY-SERVE-PREFILL-009",
+                gaps=gaps,
+                max_wait=max([waited[s] for s in prefilling()], default=0),
+                streams=len(streams),
+                churned=churned,
             )
