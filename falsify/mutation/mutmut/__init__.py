@@ -1,0 +1,182 @@
+"""`falsify mutmut`: operator-level mutants (mutmut 3) over reference/, in a scratch copy, with a kill-rate floor
+and a reviewed baseline of survivors that may only shrink.
+
+mutmut works in ./mutants/, the directory our semantic mutants live in, so it never runs in the working tree:
+the project is copied to a scratch directory, our mutants/ moved aside (into mutmut's directory, where the
+copied pyproject.toml finds it), and mutmut configured there through setup.cfg. mutmut exits 0 with survivors,
+so the verdict comes from its per-file .meta results. A survivor is a mutant that survived, or that no selected
+test covers. The run fails when the kill rate of the non-equivalent mutants is below `kill_rate_floor`, or when
+a survivor is not in the baseline file: its [[equivalent]] entries (each with the reviewer's reason) leave the
+kill rate's denominator, its [[survivor]] entries are the survivors known so far. An entry matches a mutant of
+the same function with the same original and mutated line (mutmut renumbers a function's mutants when it
+changes, and lines move). Every survivor is
+listed by file:line with the original and mutated line.
+
+Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
+    kill_rate_floor = 90.0    # percent of the non-equivalent mutants that must be killed (or time out)
+    baseline = "mutmut-baseline.toml"   # reviewed [[equivalent]] and [[survivor]] entries; absent: none
+    paths = ["reference/session.py", ...]   # files mutated (default: the .py files of [tool.falsify] sources)
+    tests = ["tests/test_session_unit.py", ...]   # the tests mutmut runs (default: the tests directory)
+    timeout = 1500            # seconds for the whole mutmut run
+    pytest_args = ["-k", "not slow"]   # added to each pytest run mutmut makes
+    timeout_multiplier = 4    # a mutant's run stops after (its tests' time + timeout_constant) x this
+    timeout_constant = 10     # seconds
+
+`--recheck` runs only the mutants the baseline lists as survivors (after tests were added); with
+`--write-baseline` it drops the ones now killed.
+
+Exit codes: 0 the kill rate is at or above the floor and every survivor is listed in the baseline; 1 below the
+floor, or a survivor the baseline does not list; 2 mutmut missing, bad configuration or baseline, no project,
+or mutmut could not run; 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+from falsify.mutation import stryker
+from falsify.mutation.executors import sigterm_interrupts
+from falsify.mutation.mutmut.config import (
+    Baseline,
+    BaselineEntry,
+    MutmutConfig,
+    MutmutError,
+    MutmutMutant,
+    MutmutRun,
+    read_baseline,
+    read_config,
+    render_baseline,
+)
+from falsify.mutation.mutmut.report import render_survivors, to_stryker, verdict
+from falsify.mutation.mutmut.running import changed_lines, function_patterns, run_mutmut
+from falsify.project import find_project
+
+# The command is here; its parts: config.py (configuration, run records, baseline), running.py, report.py.
+__all__ = [
+    "HELP",
+    "Baseline",
+    "BaselineEntry",
+    "MutmutConfig",
+    "MutmutError",
+    "MutmutMutant",
+    "MutmutRun",
+    "add_parser",
+    "changed_lines",
+    "function_patterns",
+    "read_baseline",
+    "read_config",
+    "render_baseline",
+    "run",
+    "verdict",
+]
+
+HELP = "run mutmut over the engine's sources in a scratch copy; fail below the kill-rate floor or on an unlisted survivor"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "mutmut",
+        help=HELP,
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
+    p.add_argument(
+        "--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)"
+    )
+    p.add_argument("-j", "--jobs", type=int, default=0, help="mutmut workers (default: one per core)")
+    p.add_argument(
+        "--kill-rate-floor", type=float, help="override [tool.falsify.mutmut] kill_rate_floor (percent)"
+    )
+    p.add_argument(
+        "--write-baseline",
+        action="store_true",
+        help="rewrite the baseline file's [[survivor]] list from this run (review the diff: it may only shrink)",
+    )
+    p.add_argument(
+        "--recheck",
+        action="store_true",
+        help="run only the baseline's [[survivor]] mutants (after adding tests; with --write-baseline, drop "
+        "the ones now killed)",
+    )
+    p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".falsify/mutmut"),
+        help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutmut)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from falsify.mutation.executors import available_cores
+
+    if shutil.which("git") is None and args.since:
+        raise MutmutError("--since needs git on PATH")
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        raise MutmutError("mutmut is not installed: pip install 'mutmut>=3'") from None
+    project = find_project()
+    config = read_config(project)
+    if args.kill_rate_floor is not None:
+        if not 0 <= args.kill_rate_floor <= 100:
+            raise MutmutError(
+                f"--kill-rate-floor must be a percentage in [0, 100], got {args.kill_rate_floor}"
+            )
+        config = dataclasses.replace(config, kill_rate_floor=args.kill_rate_floor)
+    if args.write_baseline and args.since:
+        raise MutmutError("--write-baseline needs a whole run or --recheck, not --since")
+    if args.recheck and args.since:
+        raise MutmutError("--recheck and --since each pick the mutants: give one")
+    baseline = read_baseline(project, config)
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise MutmutError(f"--timeout must be > 0, got {args.timeout}")
+        config = dataclasses.replace(config, timeout=args.timeout)
+    with sigterm_interrupts():
+        result = run_mutmut(
+            project,
+            config,
+            since=args.since,
+            jobs=args.jobs or available_cores(),
+            progress=lambda line: print(line, flush=True),
+            recheck=baseline if args.recheck else None,
+        )
+    result.baseline = baseline
+    if (args.since or args.recheck) and not result.patterns:
+        return 0
+    if result.survivors:
+        print()
+        print(render_survivors(result))
+    stale = result.stale()
+    if stale:
+        print()
+        print(
+            f"mutmut: {len(stale)} entries of {baseline.path} this run does not bear out (remove or review them):"
+        )
+        for why, e in stale:
+            print(f"  {e.where or '?'} {e.mutant}: {why}")
+    out = args.out if args.out.is_absolute() else project.root / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    data = to_stryker(result, project.root)
+    (out / "mutation-report.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    (out / "mutation-report.html").write_text(
+        stryker.render_html(data, "falsify mutmut: operator mutants"), encoding="utf-8"
+    )
+    summary, ok = verdict(result)
+    print()
+    print(summary)
+    print(f"mutmut: report in {out / 'mutation-report.json'} and {out / 'mutation-report.html'}")
+    if args.write_baseline:
+        path = project.root / config.baseline
+        path.write_text(render_baseline(result, baseline), encoding="utf-8")
+        listed = len(read_baseline(project, config).survivors)
+        print(
+            f"mutmut: wrote {path} ({len(baseline.equivalent)} equivalent, {listed} survivors); review the diff"
+        )
+    return 0 if ok else 1

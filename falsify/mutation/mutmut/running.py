@@ -1,0 +1,338 @@
+"""Running mutmut for `falsify mutmut`: which functions to mutate (--since: the lines git says changed), the scratch
+copy mutmut works in (our mutants/ moved aside), mutmut's run with progress lines, and its results read back from
+the .meta files, each located by file:line with its original and mutated line.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from falsify.mutation.mutmut.config import (
+    CLASS_SEPARATOR,
+    STATUS_BY_EXIT_CODE,
+    Baseline,
+    MutmutConfig,
+    MutmutError,
+    MutmutMutant,
+    MutmutRun,
+)
+from falsify.mutation.semantic.scratch import Scratch
+from falsify.project import Project
+
+
+def _git(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise MutmutError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
+    return proc.stdout
+
+
+def changed_lines(root: Path, ref: str, files: list[str]) -> dict[str, set[int] | None]:
+    """Lines of `files` changed since `ref` (committed or not); None for a file git does not know at `ref`."""
+    _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    out: dict[str, set[int] | None] = {}
+    for line in _git(root, "ls-files", "--others", "--exclude-standard", "--", *files).splitlines():
+        out[line] = None
+    current: str | None = None
+    for line in _git(root, "diff", "-U0", "--no-color", ref, "--", *files).splitlines():
+        if line.startswith("+++ "):
+            current = line[6:] if line.startswith("+++ b/") else None
+        elif line.startswith("--- /dev/null") and current is None:
+            pass
+        elif line.startswith("@@") and current:
+            match = re.match(r"@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", line)
+            if match:
+                start, count = int(match[1]), int(match[2] or 1)
+                lines = out.setdefault(current, set())
+                if lines is not None:
+                    lines.update(range(start, start + max(count, 1)))
+    return out
+
+
+def function_patterns(root: Path, changed: dict[str, set[int] | None]) -> list[str]:
+    """mutmut mutant-name patterns for every function or method whose lines changed."""
+    patterns = []
+    for file, lines in sorted(changed.items()):
+        path = root / file
+        if not path.is_file():
+            continue
+        module = ".".join(Path(file).with_suffix("").parts).removesuffix(".__init__")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            defs: list[tuple[str, ast.AST]] = []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                defs.append((f"x_{node.name}", node))
+            elif isinstance(node, ast.ClassDef):
+                defs += [
+                    (f"x{CLASS_SEPARATOR}{node.name}{CLASS_SEPARATOR}{f.name}", f)
+                    for f in node.body
+                    if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                ]
+            for mangled, fn in defs:
+                span = set(range(fn.lineno, (fn.end_lineno or fn.lineno) + 1))  # type: ignore[attr-defined]
+                if lines is None or span & lines:
+                    patterns.append(f"{module}.{mangled}__mutmut_*")
+    return patterns
+
+
+# -- running mutmut in a scratch copy ---------------------------------------------------------------------------
+
+
+def prepare(tree: Path, project: Project, config: MutmutConfig, files: list[str]) -> None:
+    """Make the scratch copy a mutmut project whose ./mutants/ is free for mutmut."""
+    ours = str(project.mutants.relative_to(project.root))
+    copy_also = [str(project.contracts.relative_to(project.root))]
+    if ours == "mutants":
+        if (tree / "mutants").exists():
+            # mutmut runs pytest in ./mutants/ on the copied pyproject.toml: our mutants are found there again.
+            aside = tree / ".falsify-mutants-aside"
+            (tree / "mutants").rename(aside)
+            (tree / "mutants").mkdir()
+            aside.rename(tree / "mutants" / "mutants")
+    elif (tree / ours).exists():
+        copy_also.append(ours)
+    pyproject = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))
+    if "mutmut" in pyproject.get("tool", {}):
+        raise MutmutError(
+            "pyproject.toml has a [tool.mutmut] table; configure mutmut in [tool.falsify.mutmut]"
+        )
+    sources = sorted({Path(f).parts[0] for f in files})
+    lines = [
+        "[mutmut]",
+        "source_paths =",
+        *(f"    {d}" for d in sources),
+        "only_mutate =",
+        *(f"    {f}" for f in files),
+        "pytest_add_cli_args_test_selection =",
+        *(f"    {t}" for t in config.tests),
+        "also_copy =",
+        *(f"    {c}" for c in copy_also),
+        f"timeout_multiplier = {config.timeout_multiplier}",
+        f"timeout_constant = {config.timeout_constant}",
+        "pytest_add_cli_args =",
+        *(f"    {a}" for a in ("-p", "no:cacheprovider", *config.pytest_args)),
+        "",
+    ]
+    setup_cfg = tree / "setup.cfg"
+    previous = setup_cfg.read_text(encoding="utf-8") + "\n" if setup_cfg.is_file() else ""
+    if "[mutmut]" in previous:
+        raise MutmutError("setup.cfg has a [mutmut] section; configure mutmut in [tool.falsify.mutmut]")
+    setup_cfg.write_text(previous + "\n".join(lines), encoding="utf-8")
+
+
+def mutmut_command(*args: str) -> list[str]:
+    # `python -m mutmut` re-executes mutmut.__main__ (mutmut warns); import its click group instead.
+    return [sys.executable, "-c", "import sys; from mutmut.__main__ import cli; sys.exit(cli())", *args]
+
+
+def read_results(tree: Path, files: list[str], patterns: list[str]) -> list[MutmutMutant]:
+    out = []
+    for file in files:
+        meta = tree / "mutants" / f"{file}.meta"
+        if not meta.is_file():
+            continue
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        durations = data.get("durations_by_key", {})
+        for name, code in data["exit_code_by_key"].items():
+            if patterns and not any(_fnmatch(name, p) for p in patterns):
+                continue
+            status = STATUS_BY_EXIT_CODE.get(code, "suspicious")
+            out.append(MutmutMutant(name, file, status, duration=durations.get(name)))
+    return out
+
+
+def _fnmatch(name: str, pattern: str) -> bool:
+    import fnmatch
+
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+_DIFFS_SCRIPT = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+names = json.load(open(sys.argv[1]))
+out = {}
+for name, path in names.items():
+    try:
+        out[name] = get_diff_for_mutant(name, path=path)
+    except Exception as exc:  # one unreadable mutant must not lose the others' diffs
+        out[name] = ""
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+
+def locate(tree: Path, mutants: list[MutmutMutant], scratch: Scratch, timeout: float) -> list[MutmutMutant]:
+    """file:line, original and mutated line of each mutant, from mutmut's own diffs (read in one process)."""
+    if not mutants:
+        return mutants
+    names, diffs_path = tree / ".falsify-names.json", tree / ".falsify-diffs.json"
+    names.write_text(json.dumps({m.name: m.file for m in mutants}), encoding="utf-8")
+    finished = scratch.run(
+        [sys.executable, "-c", _DIFFS_SCRIPT, str(names), str(diffs_path)],
+        cwd=tree,
+        env=_env(),
+        timeout=timeout,
+    )
+    diffs = json.loads(diffs_path.read_text(encoding="utf-8")) if diffs_path.is_file() else {}
+    if finished.returncode != 0:
+        print(
+            f"mutmut: could not read mutmut's diffs (exit {finished.returncode}); survivors listed without lines"
+        )
+    sources: dict[str, list[str]] = {}
+    out = []
+    for m in mutants:
+        lines = sources.setdefault(m.file, (tree / m.file).read_text(encoding="utf-8").splitlines())
+        out.append(_with_line(m, diffs.get(m.name, ""), lines))
+    return out
+
+
+def _with_line(m: MutmutMutant, diff: str, lines: list[str]) -> MutmutMutant:
+    removed = [d[1:] for d in diff.splitlines() if d.startswith("-") and not d.startswith("---")]
+    added = [d[1:] for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++")]
+    if not removed and not added:
+        return m
+    original = removed[0] if removed else ""
+    start = _function_line(m, lines)
+    line = 0
+    if original.strip():
+        # The diff is of the function alone: find its removed line in the file, from the function's first line on.
+        for i in range(max(start - 1, 0), len(lines)):
+            if lines[i].strip() == original.strip():
+                line = i + 1
+                break
+    return MutmutMutant(
+        m.name,
+        m.file,
+        m.status,
+        line or start,
+        original.strip(),
+        (added[0] if added else "").strip(),
+        m.duration,
+    )
+
+
+def _function_line(m: MutmutMutant, lines: list[str]) -> int:
+    mangled = m.name.partition("__mutmut_")[0].rpartition(".")[2]
+    if mangled.startswith("x" + CLASS_SEPARATOR):
+        cls, _, fn = mangled[2:].partition(CLASS_SEPARATOR)
+        start = next((i for i, t in enumerate(lines) if re.match(rf"class {re.escape(cls)}\b", t)), 0)
+    else:
+        fn, start = mangled.removeprefix("x_"), 0
+    for i in range(start, len(lines)):
+        if re.match(rf"\s*(async\s+)?def {re.escape(fn)}\(", lines[i]):
+            return i + 1
+    return 1
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    env = os.environ.copy()
+    env["HYPOTHESIS_PROFILE"] = "mutation"
+    env.pop("PYTHONPATH", None)  # mutmut puts ./mutants first itself; nothing else may shadow it
+    return env
+
+
+def run_mutmut(
+    project: Project,
+    config: MutmutConfig,
+    *,
+    since: str | None,
+    jobs: int,
+    progress: Any = print,
+    recheck: Baseline | None = None,
+) -> MutmutRun:
+    files = sorted(
+        {
+            str(p.relative_to(project.root))
+            for pattern in config.paths
+            for p in project.root.glob(pattern)
+            if p.suffix == ".py"
+        }
+    )
+    if not files:
+        raise MutmutError(f"[tool.falsify.mutmut] paths {list(config.paths)} match no Python file")
+    run = MutmutRun(config, files, since=since)
+    if recheck is not None:
+        # mutmut's names are the current code's right after a whole run; an entry whose name no longer exists is
+        # simply not run (and a whole run reports it as gone).
+        run.recheck = True
+        run.patterns = sorted({e.mutant for e in recheck.survivors})
+        modules = {".".join(Path(f).with_suffix("").parts): f for f in files}
+        run.files = sorted({modules[m] for m in (p.rpartition(".")[0] for p in run.patterns) if m in modules})
+        if not run.patterns:
+            progress(f"mutmut: {recheck.path} lists no survivor; nothing to recheck")
+            return run
+        progress(f"mutmut: rechecking the {len(run.patterns)} survivors {recheck.path} lists")
+    elif since:
+        changed = changed_lines(project.root, since, files)
+        run.patterns = function_patterns(project.root, changed)
+        run.files = sorted({f for f in changed if f in files})
+        if not run.patterns:
+            progress(f"mutmut: no function of {', '.join(files)} changed since {since}; nothing to mutate")
+            return run
+        progress(f"mutmut: {len(run.patterns)} functions changed since {since} in {', '.join(run.files)}")
+    start = time.perf_counter()
+    with Scratch(project.root, prefix="falsify-mutmut-", exclude=project.copy_exclude) as scratch:
+        tree = scratch.copy("project")
+        prepare(tree, project, config, run.files)
+        progress(f"mutmut: mutating {', '.join(run.files)} in {tree}, tests {', '.join(config.tests)}")
+        args = ["run", "--max-children", str(jobs), *run.patterns]
+        done = threading.Event()
+        watcher = threading.Thread(target=_report_progress, args=(tree, run, done, progress), daemon=True)
+        watcher.start()
+        try:
+            finished = scratch.run(mutmut_command(*args), cwd=tree, env=_env(), timeout=config.timeout)
+        finally:
+            done.set()
+            watcher.join()
+        log = finished.output
+        if finished.returncode is None:
+            raise MutmutError(
+                f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] "
+                "timeout); narrow paths or tests"
+            )
+        if finished.returncode != 0:
+            raise MutmutError(f"mutmut exited {finished.returncode}:\n{_clean_tail(log)}")
+        mutants = read_results(tree, run.files, run.patterns)
+        if not mutants:
+            raise MutmutError(f"mutmut reported no mutant:\n{_clean_tail(log)}")
+        run.mutants = locate(tree, mutants, scratch, timeout=600)
+    run.seconds = time.perf_counter() - start
+    return run
+
+
+def _report_progress(
+    tree: Path, run: MutmutRun, done: threading.Event, progress: Any, every: float = 30.0
+) -> None:
+    """A line every `every` seconds while mutmut runs, from its .meta files: mutmut's own spinner is not a log."""
+    start = time.perf_counter()
+    while not done.wait(every):
+        try:
+            mutants = read_results(tree, run.files, run.patterns)
+        except (OSError, ValueError):  # a .meta file being rewritten
+            continue
+        counts = Counter(m.status for m in mutants)
+        checked = len(mutants) - counts["not checked"]
+        phase = (
+            f"{checked}/{len(mutants)} mutants checked"
+            if mutants
+            else "generating mutants, running clean tests"
+        )
+        detail = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "not checked")
+        progress(f"mutmut: {time.perf_counter() - start:.0f} s: {phase}" + (f" ({detail})" if detail else ""))
+
+
+def _clean_tail(log: str, n: int = 20) -> str:
+    lines = [line for line in re.split(r"[\r\n]+", log) if line.strip()]
+    return "\n".join(lines[-n:])
