@@ -94,17 +94,23 @@ def run_lint(args: argparse.Namespace) -> int:
     else:  # the files named, with the packs asked for (so a mutant's kills can name a pack's predictions)
         paths = [*paths, *(contracts_dir(name) for name in args.pack)]
     corpus, code = lint(paths)
+    if corpus.mutants:
+        from falsify.contracts.lint import EXIT_ERRORS
+        from falsify.mutation.semantic.matching import match_problems
+
+        # Checked here, not in the contracts layer: matching reads the engine's source with libcst.
+        found = match_problems(corpus.mutants)
+        if found:
+            corpus.problems = sorted([*corpus.problems, *found], key=lambda p: (p.file, p.line))
+            code = EXIT_ERRORS
     print(render(corpus, paths, args.format))
     return code
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--engine",
-        help="engine under test: a registered name (reference, hf), one given its weights (llamacpp:PATH.gguf, "
-        "hf:CHECKPOINT_DIR) or module:factory "
-        "(default: $FALSIFY_ENGINE, then engine in [tool.falsify]; no default beyond those)",
-    )
+    from falsify.engines.loading import engine_forms
+
+    p.add_argument("--engine", help=engine_forms())
 
 
 def _pack_args(p: argparse.ArgumentParser) -> None:

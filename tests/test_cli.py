@@ -140,6 +140,14 @@ def test_gate_fails_on_a_falsified_prediction(tmp_path: Path) -> None:
     assert "FALSIFY-DEMO-001  demo-serve-v1  FAIL" in result.stdout
     assert "decode_forwards was 8, emitted was 8" in result.stdout
     assert "gate: FAIL — 1 contracts, 2 predictions (1 pass, 1 fail," in result.stdout
+    # under the table: the failure in full, then the contract's if_fails
+    assert (
+        "FAIL FALSIFY-DEMO-001 (contracts/demo-serve-v1.yaml:13): FALSIFY-DEMO-001 (demo-serve-v1) falsified: "
+        "decode_forwards == emitted - 1: decode_forwards was 8, emitted was 8\n"
+        "  if_fails: a forward runs after the cancel was seen\n"
+    ) in result.stdout
+    junit = (root / ".falsify" / "gate" / "junit.xml").read_text()
+    assert "if_fails: a forward runs after the cancel was seen" in junit
 
 
 def test_gate_fails_naming_an_unbound_prediction(tmp_path: Path) -> None:
@@ -257,3 +265,75 @@ def test_version_and_exit_codes_in_every_help() -> None:
         # each code with what it means ("0 every shard passed, 1 ..."); 2 is argparse's usage error everywhere
         codes = {int(c) for c in re.findall(r"(?:^|[;,] )(\d+) [a-z(]", found.group(1))}
         assert {0, 2} <= codes <= {0, 1, 2, 130}, f"falsify {command} --help exit codes: {found.group(1)}"
+
+
+def test_every_engine_option_lists_every_engine_form() -> None:
+    """Each command taking --engine says every form load_engine accepts (issue #24: exec: and http:// were
+    missing from gate --help and mutants --help)."""
+    import argparse
+    from typing import cast
+
+    from falsify.cli import build_parser
+    from falsify.engines.loading import REGISTERED
+
+    for command in ("gate", "mutants", "evidence", "campaign", "bindings", "engine", "matrix"):
+        parser = build_parser(command)
+        choices = next(a for a in parser._actions if a.dest == "command").choices
+        sub = cast("dict[str, argparse.ArgumentParser]", choices)[command]
+        (engine,) = [a for a in sub._actions if "--engine" in a.option_strings]
+        text = " ".join(str(engine.help).split())
+        forms = (*REGISTERED, "llamacpp:PATH.gguf", "module:factory", 'exec:"CMD ARGS"', "http://HOST:PORT")
+        for form in forms:
+            assert form in text, f"falsify {command} --help: --engine does not name {form}: {text}"
+
+
+def test_the_reference_engine_install_hint_names_what_exists() -> None:
+    """Without the reference distribution, `--engine reference` says how to install it from a checkout: its
+    distribution is on no package index."""
+    code = (
+        "import sys; sys.modules['reference'] = None\n"
+        "from falsify.engines.loading import EngineError, load_engine\n"
+        "try:\n    load_engine('reference')\nexcept EngineError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, check=True
+    ).stdout
+    assert "cannot import reference.engine" in out
+    assert "pip install ./packaging/reference from a falsify checkout" in out
+    assert "pip install falsify-harness-reference" not in out
+    assert (Path(__file__).parent.parent / "packaging" / "reference" / "pyproject.toml").is_file()
+
+
+def test_lint_refuses_a_mutant_that_matches_its_target_other_than_once() -> None:
+    """tests/fixtures/mutants/ambiguous: a statement, an anchor and a snippet that each match twice, and an anchor
+    that matches nothing. Lint names the mutant file, the field's line and the lines matched; at run time each
+    would only have been STALE (issue #24)."""
+    root = Path(__file__).parent / "fixtures" / "mutants" / "ambiguous"
+    env = {
+        **ENV,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent.parent), ENV.get("PYTHONPATH", "")]),
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "falsify.cli", "lint"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    twice = "matches 2 statements in amb/loop.py, function generate (lines 7, 10); a mutant needs exactly one"
+    lines = result.stdout.splitlines()
+    assert lines == [
+        "mutants/anchor-gone.yaml:7: anchor: matches 0 statements in amb/loop.py, function generate; a mutant "
+        "needs exactly one (the source drifted: quote what it has now) [mutant-match]",
+        f"mutants/moved-after-twice.yaml:7: anchor: {twice} (quote more of it, or another statement) [mutant-match]",
+        f"mutants/poll-deleted-twice.yaml:6: statement: {twice} (quote more of it, or another statement) "
+        "[mutant-match]",
+        "mutants/text-twice.yaml:5: snippet: matches 2 places in amb/loop.py (lines 8, 11); a mutant needs exactly "
+        "one (quote more of it, or another statement) [mutant-match]",
+        "lint: 5 files, 1 contracts, 1 predictions, 4 mutants (1 of 1 predictions listed by one, 0 with "
+        "unproven_because), 4 errors",
+    ]
+    # The unique statement of moved-after-twice and anchor-gone is not reported: only the field that is ambiguous.
+    assert "statement: matches 1" not in result.stdout

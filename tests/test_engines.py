@@ -144,3 +144,13 @@ def test_without_the_reference_distribution_the_default_weights_are_one_named_er
     )
     assert fallback.endswith("pip install ./packaging/reference (distribution falsify-harness-reference)")
     assert broken.startswith("engine 'reference': cannot import reference.engine")
+
+
+def test_install_hints_name_packages_by_the_module_that_was_missing() -> None:
+    from falsify.engines.loading import install_hint
+
+    assert "pip install ./packaging/reference" in install_hint("reference.engine")
+    assert "pip install torch transformers" in install_hint("torch")
+    assert install_hint("transformers.models") == install_hint("torch")
+    assert "pip install llama-cpp-python" in install_hint("llama_cpp")
+    assert install_hint("numpy") == ""

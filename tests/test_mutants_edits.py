@@ -152,3 +152,22 @@ def test_overloaded_method_is_its_implementation() -> None:
     )
     applied = apply(source, Edit("S.pick", "replace", "z = u / 2", replacement="z = u * 2"))
     assert "z = u * 2" in applied.mutated and applied.mutated.count("def pick") == 3
+
+
+def test_match_lines_counts_each_field_lint_checks() -> None:
+    from falsify.mutation.semantic.edits import match_lines
+
+    source = "def f(x):\n    x += 1\n    x += 1\n    return x\n"
+    assert match_lines(source, Edit("f", "delete", "x += 1")) == {"statement": [2, 3]}
+    assert match_lines(source, Edit("f", "move", "return x", anchor="x += 1", where="before")) == {
+        "statement": [4],
+        "anchor": [2, 3],
+    }
+    # an insert's statement is the new code: only its anchor is looked up
+    assert match_lines(source, Edit("f", "insert", "y = 0", anchor="return x", where="before")) == {
+        "anchor": [4]
+    }
+    assert match_lines(source, Edit("", "text", "", snippet="x += 1")) == {"snippet": [2, 3]}
+    assert match_lines(source, Edit("", "text", "", regex=r"^\s+return")) == {"regex": [4]}
+    with pytest.raises(StaleMutant, match="has no function g"):
+        match_lines(source, Edit("g", "delete", "x += 1"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from gate_cli import run_gate
@@ -185,3 +186,100 @@ def test_declared_corners_are_drawn_first_and_counted(pytester: pytest.Pytester)
     assert missed.detail == "corners 2/3: no check reached emitted-at-the-limit (emitted == n)"
     full = rows["n"]
     assert (full.outcome, full.corners_cell, full.detail) == (Outcome.PASS, "3/3", "")
+
+
+SHARED = """\
+import falsify, pytest
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001", "FALSIFY-DEMO-002")
+def test_both():
+    broken = []
+    for pid, observed in [("FALSIFY-DEMO-001", {"emitted": 9}), ("FALSIFY-DEMO-002", {"gaps": [1, 2]})]:
+        try:
+            falsify.check(pid, **observed)
+        except falsify.ContractViolation as exc:
+            broken.append(exc)
+    raise broken[0]
+
+@pytest.mark.falsifies("FALSIFY-DEMO-002")
+def test_gaps_again():
+    falsify.check("FALSIFY-DEMO-002", gaps=[1])
+
+@pytest.mark.falsifies("FALSIFY-DEMO-003")
+def test_against_the_oracle():
+    falsify.check("FALSIFY-DEMO-003", emitted=3)
+"""
+
+
+def run_shared(pytester: pytest.Pytester, contract: str, tests: str, *args: str) -> dict[str, Any]:
+    pytester.makefile(".ini", pytest="[pytest]\nfalsify_contracts = contracts\n")
+    (pytester.path / "contracts").mkdir(exist_ok=True)
+    (pytester.path / "contracts" / "demo-v1.yaml").write_text(contract)
+    pytester.makepyfile(test_demo=tests)
+    out = pytester.path / "results.json"
+    pytester.runpytest("--falsify-results", str(out), "-p", "no:cacheprovider", *args)
+    corpus = load_corpus([Path(pytester.path / "contracts")])
+    return {r.id: r for r in per_prediction(corpus, json.loads(out.read_text()))}
+
+
+def test_each_prediction_failing_in_one_test_shows_its_own_check(pytester: pytest.Pytester) -> None:
+    """One test, two predictions falsified: the test raises DEMO-001's violation, and DEMO-002's row shows its own
+    failed check, not DEMO-001's message (issue #24: CANCEL-008's row named CANCEL-002)."""
+    rows = run_shared(pytester, CONTRACT, SHARED)
+    first, second = rows["FALSIFY-DEMO-001"], rows["FALSIFY-DEMO-002"]
+    assert first.outcome is Outcome.FAIL and second.outcome is Outcome.FAIL
+    assert first.detail == "FALSIFY-DEMO-001 (demo-v1) falsified: emitted <= 8: emitted was 9"
+    assert second.detail == "FALSIFY-DEMO-002 (demo-v1) falsified: gaps == [1] * len(gaps): gaps was [1, 2]"
+    assert second.values == {"gaps": [1, 2]}
+
+
+LANES_CONTRACT = CONTRACT.replace("observables:", "requires: [generate]\nobservables:").replace(
+    "    if_fails: too many", "    requires: [lanes]\n    if_fails: too many"
+)
+LANES_TESTS = """\
+import falsify, pytest
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001", "FALSIFY-DEMO-002")
+def test_both():
+    falsify.check("FALSIFY-DEMO-001", emitted=3)
+    falsify.check("FALSIFY-DEMO-002", gaps=[1])
+
+@pytest.mark.falsifies("FALSIFY-DEMO-003")
+def test_against_the_oracle():
+    falsify.check("FALSIFY-DEMO-003", emitted=3)
+"""
+NO_LANES = """
+class Engine:
+    name = "no-lanes"
+    def supports(self, capability):
+        return None if capability == "generate" else f"no {capability} here"
+    def load_model(self, kind): raise NotImplementedError
+    def session(self, model): raise NotImplementedError
+    def cancel_token(self): raise NotImplementedError
+"""
+
+
+def test_a_not_applicable_reason_names_the_predictions_own_need(pytester: pytest.Pytester) -> None:
+    """DEMO-001 needs lanes, DEMO-002 does not but shares its test; neither row says the other's need is its own
+    (issue #24: PREFILL-009 said "PREFILL-008 needs 'lanes'")."""
+    pytester.makepyfile(no_lanes=NO_LANES)
+    pytester.syspathinsert()
+    rows = run_shared(pytester, LANES_CONTRACT, LANES_TESTS, "--engine", "no_lanes:Engine")
+    assert rows["FALSIFY-DEMO-001"].outcome is Outcome.NOT_APPLICABLE
+    assert rows["FALSIFY-DEMO-001"].detail == "FALSIFY-DEMO-001 needs 'lanes': no lanes here"
+    assert rows["FALSIFY-DEMO-002"].outcome is Outcome.NOT_APPLICABLE
+    assert rows["FALSIFY-DEMO-002"].detail == (
+        "FALSIFY-DEMO-002's test also falsifies FALSIFY-DEMO-001, which this engine cannot run: "
+        "FALSIFY-DEMO-001 needs 'lanes': no lanes here"
+    )
+
+
+def test_predictions_that_all_lack_a_capability_each_name_their_own(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(no_lanes=NO_LANES)
+    pytester.syspathinsert()
+    both = LANES_CONTRACT.replace("requires: [generate]\n", "requires: [generate, quant]\n")
+    rows = run_shared(pytester, both, LANES_TESTS, "--engine", "no_lanes:Engine")
+    assert rows["FALSIFY-DEMO-001"].detail == (
+        "FALSIFY-DEMO-001 needs 'quant': no quant here; needs 'lanes': no lanes here"
+    )
+    assert rows["FALSIFY-DEMO-002"].detail == "FALSIFY-DEMO-002 needs 'quant': no quant here"

@@ -33,6 +33,36 @@ REGISTERED = {
     "llamacpp-abort": "falsify.engines.adapters.llamacpp:LlamaCppAbortEngine",
 }
 ENV = "FALSIFY_ENGINE"
+# How to get what a registered engine imports, by the top-level module that was missing. Each names what exists:
+# the reference engine's distribution (falsify-harness-reference) is on no package index; it builds from a checkout.
+INSTALL_HINTS = {
+    "reference": "the reference engine is its own distribution: pip install ./packaging/reference from a falsify "
+    "checkout",
+    "torch": "engine hf needs torch and transformers: pip install torch transformers (tox -e oracle in a checkout)",
+    "transformers": "engine hf needs torch and transformers: pip install torch transformers (tox -e oracle in a "
+    "checkout)",
+    "llama_cpp": "the llamacpp engines need llama-cpp-python: pip install llama-cpp-python (tox -e llamacpp builds "
+    "it from its sdist; docs/llamacpp.md)",
+}
+
+
+def install_hint(missing_module: str) -> str:
+    """How to install the module an engine could not import ("" when falsify knows no better than the error)."""
+    return INSTALL_HINTS.get(missing_module.partition(".")[0], "")
+
+
+def engine_forms(
+    default: str | None = f"${ENV}, then engine in [tool.falsify]; no default beyond those",
+) -> str:
+    """The help text of every command's --engine: each form load_engine accepts, then where the default comes
+    from (None: the command has no default)."""
+    forms = (
+        f"a registered name ({', '.join(REGISTERED)}), or one given its weights (llamacpp:PATH.gguf, "
+        "hf:CHECKPOINT_DIR); module:factory (your own, imported from the project root "
+        'or src/); exec:"CMD ARGS" (a wire engine in any language, spoken to on stdio); or http://HOST:PORT (a '
+        "running wire engine; docs/engine-protocol.md)"
+    )
+    return f"engine under test: {forms}" + (f" (default: {default})" if default else "")
 
 
 class EngineError(FalsifyError):
@@ -88,12 +118,10 @@ def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            hint = (
-                " (the reference engine is its own distribution: pip install falsify-harness-reference)"
-                if spec == "reference"
-                else ""
-            )
-            raise EngineError(f"engine {spec!r}: cannot import {module_name}: {exc}{hint}") from None
+            hint = install_hint(exc.name or "")
+            raise EngineError(
+                f"engine {spec!r}: cannot import {module_name}: {exc}" + (f" ({hint})" if hint else "")
+            ) from None
         factory = getattr(module, attr, None)
         if factory is None:
             raise EngineError(f"engine {spec!r}: {module_name} has no {attr!r}")

@@ -21,7 +21,7 @@ and the plugin reports each prediction needing a missing capability NOT APPLICAB
     gguf        tiny_model_path(), export_gguf(checkpoint,   write the tiny checkpoint as a llama.cpp qwen35
                 out, weights), load_checkpoint(path)        GGUF; compare with llama.cpp's converter and read back
 
-Two rules make the observations the engine's own rather than a story the adapter tells:
+Three rules make the observations the engine's own rather than a story the adapter tells:
   - `prefill` must advance the state only through `model.forward(tokens, state)` of the model object it is
     given, so a test that wraps the model (a recorder) sees every cut;
   - a `Run`'s counters are measured where the work happens (a hook on the forward, a poll counter on the token),

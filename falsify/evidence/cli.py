@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from falsify.contracts.corpus import contract_dirs, load_corpus
-from falsify.engines.loading import check_engine, resolve_engine
+from falsify.engines.loading import check_engine, engine_forms, resolve_engine
 from falsify.evidence import (
     MATRIX,
     MUTATION_REPORT,
@@ -99,8 +99,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
     )
     p.add_argument(
         "--engine",
-        help="engine under test: a registered name or module:factory "
-        "(default: $FALSIFY_ENGINE, then engine in [tool.falsify])",
+        help=engine_forms(),
     )
     p.add_argument(
         "--from",

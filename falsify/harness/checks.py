@@ -38,6 +38,7 @@ class Observation:
     values: dict[str, Any]
     vacuous: bool = False  # held over nothing (see the module docstring)
     corners: tuple[str, ...] = ()  # the prediction's declared corners this check reached
+    message: str = ""  # when it did not hold: the violation's message (prediction, formula, every value)
 
 
 # Set by the pytest plugin: where the contracts are (the project's and its packs'), and who records each
@@ -121,11 +122,14 @@ def check(prediction_id: str, **observed: Any) -> None:
         raise ContractError(f"{prediction_id}: {exc}") from None
     if not isinstance(result, bool):
         raise ContractError(f"{prediction_id}: formula {p.formula.source!r} gave {result!r}, not a bool")
+    violation = None if result else ContractViolation(prediction_id, p.formula.source, shown, contract.id)
     if recorder is not None:
         empty = result and vacuous(p.formula, values, set(contract.observables))
-        recorder(Observation(prediction_id, result, values, empty, reached(p, values)))
-    if not result:
-        raise ContractViolation(prediction_id, p.formula.source, shown, contract.id)
+        recorder(Observation(prediction_id, result, values, empty, reached(p, values), str(violation or "")))
+    if violation is not None:
+        # The contract's own reading of the failure: pytest prints notes under the message, JUnit keeps them.
+        violation.add_note(f"if_fails: {p.if_fails}")
+        raise violation
 
 
 _TYPES = ("int", "float", "bool", "str", "list")

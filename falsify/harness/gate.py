@@ -267,6 +267,11 @@ def _gate(
     proved, proof_source = mutant_proofs(project, corpus, mutants_report)
     print()
     print(render(rows, proved))
+    failed = failures(rows, corpus)
+    if failed:
+        print()
+        print(failed)
+        print()
     summary, ok = verdict(corpus, rows, results, engine, proved)
     if ran.timed_out:
         summary += f"; the run was stopped at its {whole:g} s timeout"
@@ -345,6 +350,19 @@ def render(rows: list[PredictionResult], proved: dict[str, PredictionProof] | No
             for r in rows
         ],
     )
+
+
+def failures(rows: list[PredictionResult], corpus: Corpus) -> str:
+    """Under the table, each FAIL with where its prediction is, its own failed check in full, and the contract's
+    `if_fails`: what the failure means for the engine."""
+    lines = []
+    for r in rows:
+        if r.outcome is not Outcome.FAIL:
+            continue
+        p = corpus.predictions[r.id]
+        lines.append(f"FAIL {r.id} ({p.file}:{p.line}): {_one_line(r.detail, 400)}")
+        lines.append(f"  if_fails: {_one_line(p.if_fails, 400)}")
+    return "\n".join(lines)
 
 
 def _tests_cell(r: PredictionResult) -> str:

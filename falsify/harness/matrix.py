@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from falsify.engines.loading import EngineError, load_engine
+from falsify.engines.loading import EngineError, engine_forms, load_engine
 from falsify.harness.gate import gate, lint_project
 from falsify.harness.results import Outcome
 from falsify.project import Project, find_project
@@ -43,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--engine",
         required=True,
-        help="comma-separated engines, e.g. reference,hf,llamacpp,llamacpp-q4k,broken (each as for gate)",
+        help="comma-separated engines, e.g. reference,hf,llamacpp,llamacpp-q4k,broken; each "
+        + engine_forms(None).removeprefix("engine under test: "),
     )
     p.add_argument(
         "--out",

@@ -21,7 +21,7 @@ import pytest
 
 from falsify.contracts.corpus import Corpus, contract_dirs, project_corpus
 from falsify.contracts.packs import PackError, falsifiers_dir
-from falsify.engines.loading import EngineError, check_engine, resolve_engine
+from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine
 from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import Observation
@@ -92,8 +92,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--engine",
         default=None,
-        help="engine under test: a registered name (reference, hf) or module:factory "
-        "(default: FALSIFY_ENGINE, then engine in [tool.falsify])",
+        help=engine_forms(),
     )
     group.addoption(
         "--falsify-pack",
@@ -212,24 +211,40 @@ class FalsifyPlugin:
             return
         corpus = self.load()
         narrowed = marked_requires(item)
+        # Each prediction's own reasons, from its own needs: one test bound to several predictions must not
+        # report one prediction's missing capability as another's (issue #24: PREFILL-009 said "PREFILL-008
+        # needs 'lanes'").
+        reasons: dict[str, list[str]] = {}
         for pid in ids:
             prediction = corpus.predictions[pid]
             needs = [*corpus.contract_of(pid).requires, *prediction.capabilities]
             for capability in needs if narrowed is None else [c for c in needs if c in narrowed]:
-                engine = self.engine()
-                reason = engine.supports(capability)
+                reason = self.engine().supports(capability)
                 if reason:
-                    # Recorded here, by the plugin, from the engine's own answer: a test that skips itself
-                    # with a message that looks the same is NOT RUN, never NOT APPLICABLE (issue #19).
-                    self._not_applicable(item, ids, f"{pid} needs {capability!r}: {reason}")
+                    reasons.setdefault(pid, []).append(f"needs {capability!r}: {reason}")
             for oracle in prediction.oracles:
                 if not _importable(oracle):
-                    self._not_applicable(
-                        item, ids, f"{pid} needs oracle {oracle!r}: not installed (tox -e oracle runs it)"
+                    reasons.setdefault(pid, []).append(
+                        f"needs oracle {oracle!r}: not installed (tox -e oracle runs it)"
                     )
+        if reasons:
+            # Recorded here, by the plugin, from the engine's own answer: a test that skips itself with a message
+            # that looks the same is NOT RUN, never NOT APPLICABLE (issue #19).
+            own = {pid: f"{pid} {'; '.join(why)}" for pid, why in reasons.items()}
+            first = next(iter(own.values()))
+            by_prediction = {
+                pid: own.get(pid)
+                or f"{pid}'s test also falsifies {', '.join(own)}, which this engine cannot run: {first}"
+                for pid in ids
+            }
+            self._not_applicable(item, ids, first, by_prediction)
 
-    def _not_applicable(self, item: pytest.Item, ids: list[str], message: str) -> None:
-        self.results.setdefault(item.nodeid, _new_record(ids))["not_applicable"] = message
+    def _not_applicable(
+        self, item: pytest.Item, ids: list[str], message: str, by_prediction: dict[str, str]
+    ) -> None:
+        record = self.results.setdefault(item.nodeid, _new_record(ids))
+        record["not_applicable"] = message
+        record["not_applicable_by"] = by_prediction
         pytest.skip(f"{NOT_APPLICABLE}{message}")
 
     @pytest.hookimpl(wrapper=True)
@@ -431,7 +446,15 @@ def _summarise(observations: list[Observation]) -> dict[str, Any]:
     for ob in observations:
         entry = out.setdefault(
             ob.prediction_id,
-            {"checks": 0, "held": 0, "vacuous": 0, "corners": [], "failed_values": None, "last_values": None},
+            {
+                "checks": 0,
+                "held": 0,
+                "vacuous": 0,
+                "corners": [],
+                "failed_values": None,
+                "failed_message": None,
+                "last_values": None,
+            },
         )
         entry["corners"] = sorted(set(entry["corners"]) | set(ob.corners))
         entry["checks"] += 1
@@ -439,8 +462,12 @@ def _summarise(observations: list[Observation]) -> dict[str, Any]:
         entry["vacuous"] += int(ob.held and ob.vacuous)
         values = {k: _clip(v) for k, v in ob.values.items()}
         entry["last_values"] = values
-        if not ob.held and entry["failed_values"] is None:
+        if not ob.held:
+            # The prediction's own failed check: its message is this row's DETAIL, whichever prediction's
+            # violation the test raised (a test bound to several checks them all before it fails). The last one:
+            # hypothesis replays its shrunk example last, so these are the values the test's failure shows.
             entry["failed_values"] = values
+            entry["failed_message"] = ob.message[:1000]
     return out
 
 

@@ -178,7 +178,8 @@ def _test_outcome(pid: str, r: dict[str, Any], ob: dict[str, Any] | None) -> tup
     outcome = r.get("outcome", "not run")
     message = r.get("message", "")
     if ob and ob["held"] < ob["checks"]:
-        return Outcome.FAIL, message
+        # Its own failed check's message, not the test's: that names whichever prediction the test raised first.
+        return Outcome.FAIL, ob.get("failed_message") or message
     if outcome == "timeout":
         return Outcome.TIMEOUT, message
     if outcome == "error":
@@ -197,7 +198,9 @@ def _test_outcome(pid: str, r: dict[str, Any], ob: dict[str, Any] | None) -> tup
         # Only the plugin's own record of the engine's supports() answer makes a skip NOT APPLICABLE; a test
         # that skips itself with the same words is NOT RUN.
         if r.get("not_applicable"):
-            return Outcome.NOT_APPLICABLE, str(r["not_applicable"])
+            # The prediction's own reason (results from before per-prediction reasons carry the test's only).
+            own = (r.get("not_applicable_by") or {}).get(pid)
+            return Outcome.NOT_APPLICABLE, str(own or r["not_applicable"])
         return Outcome.NOT_RUN, f"skipped: {message}"
     if outcome == "passed":
         return (Outcome.PASS, "") if ob else (Outcome.NOT_RUN, "passed without checking it")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify.contracts.lint import EXIT_EMPTY
-from falsify.engines.loading import check_engine, resolve_engine
+from falsify.engines.loading import check_engine, engine_forms, resolve_engine
 from falsify.harness.command import falsifier_args
 from falsify.harness.gate import lint_project, run_pytest_timed
 from falsify.harness.results import Outcome, per_prediction
@@ -43,9 +43,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "predictions", nargs="*", help="prediction ids (default: every prediction with a bound test)"
     )
     p.add_argument("--seeds", type=int, default=2, help="shards per prediction, seeds 0..N-1 (default 2)")
-    p.add_argument(
-        "--engine", default=None, help="module:factory or a name (default: FALSIFY_ENGINE, config)"
-    )
+    p.add_argument("--engine", default=None, help=engine_forms())
     p.add_argument(
         "--executor", choices=executors.EXECUTORS, default=os.environ.get("FALSIFY_EXECUTOR", "local")
     )

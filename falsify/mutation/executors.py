@@ -8,7 +8,7 @@ tar of the files a scratch copy would hold, named by its sha256); each task is a
 mutant id, control, settings) that unpacks the snapshot once per node, runs one mutant in its own scratch copy
 there and returns the compact MutantResult. Mutant runs are idempotent (each in a fresh copy), so a task whose
 worker or node dies is retried (`max_retries`); a falsifier run that outlives its timeout is TIMEOUT, never KILLED
-(the runner's own per-mutant timeout, unchanged). Ray is an optional extra: `pip install "falsify-harness[ray]"`.
+(the runner's own per-mutant timeout, unchanged). Ray is an optional extra (`[ray]` in pyproject.toml): `pip install "ray>=2.40"`.
 """
 
 from __future__ import annotations
@@ -118,9 +118,7 @@ def ray_tasks(
     try:
         import ray
     except ImportError:
-        raise ExecutorError(
-            "--executor ray needs Ray: pip install 'falsify-harness[ray]' (or pip install ray)"
-        ) from None
+        raise ExecutorError("--executor ray needs Ray: pip install 'ray>=2.40'") from None
     digest, data = snapshot(root, skipper(exclude))
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False)

@@ -5,8 +5,10 @@ the reference distribution is installed (reference_tiny.py), the tiny checkpoint
 written as a llama.cpp `qwen35` GGUF by reference.gguf_io (tests/test_gguf_io.py holds it to what llama.cpp's own
 converter writes: same tensors, metadata and bytes but for an ulp in ssm_a). Context: flash attention off, f32 K and V
 cache, n_ctx 4096, n_batch = n_ctx (so one forward call is one llama_decode; llama.cpp splits it into ubatches
-of 512 itself), and `use_extra_bufts=False` for the weights: on this machine's CPU, Q4_K weights repacked into
-the extra CPU buffer type crash any decode of 2+ tokens (docs/llamacpp.md, finding L1).
+of 512 itself), and `use_extra_bufts=False` for the weights: Q4_K weights in an extra buffer type were reported
+to crash any decode of 2+ tokens where that type is AMX. Not reproduced here: this CPU has no AMX, and its extra
+type (CPU_REPACK, q4_K_8x8) decodes 1, 2 and 150 tokens, with logits that move by 0.08 (docs/llamacpp.md,
+findings L1 and L6). Plain buffers keep one kernel path for every CPU.
 
 model      `LlamaCppModel.forward(tokens, state)`: one llama_decode of the tokens on sequence 0 with logits for
            every token. A state's bytes are llama.cpp's own sequence state (llama_state_seq_get_data: the

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from falsify.contracts.lint import EXIT_EMPTY
-from falsify.engines.loading import check_engine, resolve_engine
+from falsify.engines.loading import check_engine, engine_forms, resolve_engine
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
@@ -37,8 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("ids", nargs="*", help="mutant ids to run (default: every file in the mutants directory)")
     p.add_argument(
         "--engine",
-        help="engine under test: a registered name or module:factory "
-        "(default: $FALSIFY_ENGINE, then engine in [tool.falsify])",
+        help=engine_forms(),
     )
     p.add_argument(
         "--scope",

@@ -186,15 +186,19 @@ def find_function(module: cst.Module, qualname: str) -> cst.FunctionDef | None:
     return node if isinstance(node, cst.FunctionDef) else None
 
 
-def _one(found: list[_Found], module: cst.Module, text: str, what: str, function: str) -> _Found:
+def _hits(found: list[_Found], module: cst.Module, text: str) -> list[_Found]:
     wanted = tokens(text)
-    hits = [
+    return [
         f
         for f in found
         if _matches(
             wanted, _statement_tokens(module, f.node), not isinstance(f.node, cst.SimpleStatementLine)
         )
     ]
+
+
+def _one(found: list[_Found], module: cst.Module, text: str, what: str, function: str) -> _Found:
+    hits = _hits(found, module, text)
     if len(hits) != 1:
         where = f" (lines {', '.join(str(h.span.line) for h in hits)})" if hits else ""
         raise StaleMutant(
@@ -649,6 +653,42 @@ def apply(source: str, edit: Edit, path: str = "<source>") -> Applied:
     if edit.op == "insert":
         return Applied(source, mutated, target.span, None)
     return Applied(source, mutated, target.span, anchor.span if anchor else None)
+
+
+def match_lines(source: str, edit: Edit, path: str = "<source>") -> dict[str, list[int]]:
+    """For `falsify lint`: the lines each part of `edit` that must match exactly once matches in `source`, by field
+    name: `statement` (not an insert's: that is the new code) and `anchor` within the function, or op text's
+    `snippet` or `regex` in the file. Raises StaleMutant when the source does not parse or lacks the function,
+    MutantSpecError when the regex does not compile."""
+    if edit.op == "text":
+        if edit.snippet:
+            starts, at = [], source.find(edit.snippet)
+            while at >= 0:
+                starts.append(at)
+                at = source.find(edit.snippet, at + 1)
+            return {"snippet": [source.count("\n", 0, i) + 1 for i in starts]}
+        if edit.regex:
+            try:
+                pattern = re.compile(edit.regex, re.MULTILINE)
+            except re.error as exc:
+                raise MutantSpecError(f"regex does not compile: {exc}") from None
+            return {"regex": [source.count("\n", 0, m.start()) + 1 for m in pattern.finditer(source)]}
+        return {}
+    try:
+        wrapper = MetadataWrapper(cst.parse_module(source))
+    except cst.ParserSyntaxError as exc:
+        raise StaleMutant(f"{path} does not parse: {str(exc).splitlines()[0]}") from None
+    function = find_function(wrapper.module, edit.function)
+    if function is None:
+        raise StaleMutant(f"{path} has no function {edit.function}")
+    collector = _Statements(wrapper.resolve(PositionProvider))
+    function.visit(collector)
+    named = {"statement": edit.statement if edit.op != "insert" else None, "anchor": edit.anchor}
+    return {
+        field: [h.span.line for h in _hits(collector.found, wrapper.module, text)]
+        for field, text in named.items()
+        if text
+    }
 
 
 def apply_text(source: str, edit: Edit, path: str = "<source>") -> Applied:
