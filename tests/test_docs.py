@@ -53,8 +53,26 @@ def test_every_block_has_a_language_we_check_or_is_marked_output() -> None:
     assert not untagged, f"code blocks without a language (use ```text for output): {untagged}"
 
 
+ADAPTER = re.compile(r"\A# adapter: (\w+)\.py\n")
+
+
+def adapters(page: Path) -> dict[str, str]:
+    """A page's adapter blocks (```python starting `# adapter: NAME.py`), by module name, in page order."""
+    found = {}
+    for where, lang, code in BLOCKS:
+        m = ADAPTER.match(code)
+        if lang == "python" and m and where.startswith(f"{page.relative_to(ROOT)}:"):
+            found[m.group(1)] = code
+    return found
+
+
 def check_python(where: str, code: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    adapter = ADAPTER.match(code)
+    if adapter:  # a module beside the page's other adapters: it must import (test_adapter_blocks runs it)
+        for name, text in adapters(ROOT / where.split(":")[0]).items():
+            (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+        code = f"import {adapter.group(1)}"
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
@@ -147,3 +165,83 @@ def test_every_config_key_is_documented() -> None:
 
     text = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
     assert all(f"| `{key}` |" in text for key in KEYS), "a [tool.falsify] key is missing from docs/config.md"
+
+
+# Each adapter of docs/engines.md, the capability it claims, and the serving pack's falsifiers it must pass (the
+# numerics and lanes adapters wire the reference engine's modules: `falsify engine check` is their test).
+ENGINE_ADAPTERS = {
+    "my_generate": ("generate", "test_cancel_contract.py"),
+    "my_prefill": ("prefill", "test_prefill_steps.py"),
+    "my_sample": ("sample", "test_sampling_contract.py"),
+    "my_lanes": ("lanes", None),
+    "my_model": ("model", None),
+    "my_quant": ("quant", None),
+    "my_trace": ("trace", None),
+}
+
+
+def test_every_capability_has_an_adapter_block() -> None:
+    from falsify.engines.protocol import CAPABILITIES
+
+    claimed = {capability for capability, _ in ENGINE_ADAPTERS.values()}
+    documented = set(adapters(ROOT / "docs" / "engines.md"))
+    assert set(ENGINE_ADAPTERS) <= documented, f"docs/engines.md lacks {set(ENGINE_ADAPTERS) - documented}"
+    assert {"generate", "prefill", "lanes", "sample", "trace", "quant", "model"} <= claimed
+    assert claimed <= set(CAPABILITIES)
+
+
+@pytest.mark.parametrize("module", sorted(ENGINE_ADAPTERS))
+def test_adapter_blocks(module: str, tmp_path: Path) -> None:
+    """docs/engines.md's adapter for one capability: `falsify engine check` claims it with every method it needs
+    (and nothing else), and for generate, prefill and sample the serving pack's falsifiers pass on it."""
+    from falsify.contracts.packs import falsifiers_dir
+
+    capability, falsifiers = ENGINE_ADAPTERS[module]
+    for name, text in adapters(ROOT / "docs" / "engines.md").items():
+        (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text('[tool.falsify]\npacks = ["serving"]\n', encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    engine = f"{module}:Engine"
+    check = subprocess.run(
+        [sys.executable, "-m", "falsify.cli", "engine", "check", "--engine", engine],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    claimed = [line.split()[0] for line in check.stdout.splitlines() if line.split()[1:2] == ["yes"]]
+    assert claimed == [capability], check.stdout
+    if falsifiers is None:
+        return
+    results = tmp_path / "results.json"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(falsifiers_dir("serving") / falsifiers),
+            "--rootdir",
+            str(tmp_path),
+            "--engine",
+            engine,
+            "--falsify-results",
+            str(results),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    tests = json.loads(results.read_text(encoding="utf-8"))["tests"]
+    outcomes = {t["outcome"] for t in tests.values()}
+    passed = sum(t["outcome"] == "passed" for t in tests.values())
+    assert passed and outcomes <= {"passed", "skipped"}, outcomes
+    # a skip here is only the plugin's NOT APPLICABLE (the prefill contract's lanes half), never a test's own
+    assert all(t.get("not_applicable") for t in tests.values() if t["outcome"] == "skipped")
