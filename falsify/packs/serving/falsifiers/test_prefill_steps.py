@@ -166,3 +166,27 @@ def test_cuts_off_the_grid_change_only_rounding(engine: Any, model: Any, n: int,
         max_abs_diff=float(diff.max()),
         logits_scale=float(np.abs(uncut).max()),
     )
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-020", requires=["prefill"])
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (63, 2), (130, 70)])
+def test_a_copy_is_independent_of_its_state(engine: Any, model: Any, n: int, k: int) -> None:
+    prompt, more = prompt_of(model, n, 21), prompt_of(model, k, 22)
+    state = model.new_state()
+    model.forward(np.asarray(prompt, np.int64), state)
+    copy = state.copy()
+    before = state.digest()
+    model.forward(np.asarray(more, np.int64), copy)
+    after, copied = state.digest(), copy.digest()
+    model.forward(np.asarray(more, np.int64), state)
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-020",
+        n=n,
+        k=k,
+        original_before=before,
+        original_after=after,
+        copy_after=copied,
+        original_advanced=state.digest(),
+    )
+    copy.release()
+    state.release()
