@@ -167,23 +167,23 @@ def test_every_config_key_is_documented() -> None:
     assert all(f"| `{key}` |" in text for key in KEYS), "a [tool.falsify] key is missing from docs/config.md"
 
 
-# Each adapter of docs/engines.md, the capability it claims, and the serving pack's falsifiers it must pass (the
-# numerics and lanes adapters wire the reference engine's modules: `falsify engine check` is their test).
-ENGINE_ADAPTERS = {
-    "my_generate": ("generate", "test_cancel_contract.py"),
-    "my_prefill": ("prefill", "test_prefill_steps.py"),
-    "my_sample": ("sample", "test_sampling_contract.py"),
-    "my_lanes": ("lanes", None),
-    "my_model": ("model", None),
-    "my_quant": ("quant", None),
-    "my_trace": ("trace", None),
+# Each adapter of docs/engines.md, the capabilities it claims, and the serving pack's falsifiers it must pass (the
+# numerics adapters wire the reference engine's modules: `falsify engine check` is their test).
+ENGINE_ADAPTERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "my_generate": (("generate",), ("test_cancel_contract.py",)),
+    "my_prefill": (("prefill",), ("test_prefill_steps.py",)),
+    "my_sample": (("sample",), ("test_sampling_contract.py",)),
+    "my_lanes": (("prefill", "lanes"), ("test_lanes_host.py", "test_lanes_paths.py")),
+    "my_model": (("model",), ()),
+    "my_quant": (("quant",), ()),
+    "my_trace": (("trace",), ()),
 }
 
 
 def test_every_capability_has_an_adapter_block() -> None:
     from falsify.engines.protocol import CAPABILITIES
 
-    claimed = {capability for capability, _ in ENGINE_ADAPTERS.values()}
+    claimed = {capability for capabilities, _ in ENGINE_ADAPTERS.values() for capability in capabilities}
     documented = set(adapters(ROOT / "docs" / "engines.md"))
     assert set(ENGINE_ADAPTERS) <= documented, f"docs/engines.md lacks {set(ENGINE_ADAPTERS) - documented}"
     assert {"generate", "prefill", "lanes", "sample", "trace", "quant", "model"} <= claimed
@@ -193,10 +193,10 @@ def test_every_capability_has_an_adapter_block() -> None:
 @pytest.mark.parametrize("module", sorted(ENGINE_ADAPTERS))
 def test_adapter_blocks(module: str, tmp_path: Path) -> None:
     """docs/engines.md's adapter for one capability: `falsify engine check` claims it with every method it needs
-    (and nothing else), and for generate, prefill and sample the serving pack's falsifiers pass on it."""
+    (and nothing else), and for generate, prefill, sample and lanes the serving pack's falsifiers pass on it."""
     from falsify.contracts.packs import falsifiers_dir
 
-    capability, falsifiers = ENGINE_ADAPTERS[module]
+    capabilities, falsifiers = ENGINE_ADAPTERS[module]
     for name, text in adapters(ROOT / "docs" / "engines.md").items():
         (tmp_path / f"{name}.py").write_text(text, encoding="utf-8")
     (tmp_path / "pyproject.toml").write_text('[tool.falsify]\npacks = ["serving"]\n', encoding="utf-8")
@@ -212,8 +212,8 @@ def test_adapter_blocks(module: str, tmp_path: Path) -> None:
     )
     assert check.returncode == 0, check.stdout + check.stderr
     claimed = [line.split()[0] for line in check.stdout.splitlines() if line.split()[1:2] == ["yes"]]
-    assert claimed == [capability], check.stdout
-    if falsifiers is None:
+    assert tuple(claimed) == capabilities, check.stdout
+    if not falsifiers:
         return
     results = tmp_path / "results.json"
     run = subprocess.run(
@@ -221,7 +221,7 @@ def test_adapter_blocks(module: str, tmp_path: Path) -> None:
             sys.executable,
             "-m",
             "pytest",
-            str(falsifiers_dir("serving") / falsifiers),
+            *(str(falsifiers_dir("serving") / name) for name in falsifiers),
             "--rootdir",
             str(tmp_path),
             "--engine",
