@@ -9,6 +9,7 @@ python benchmarks/scale.py [--project DIR] [--engine E] [--out FILE] [IDS ...]  
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,34 @@ NODE = [
     "--object-store-memory=200000000",
     "--disable-usage-stats",
 ]
+
+
+def own_processes(marker: str) -> list[int]:
+    """Pids of the processes whose command line names `marker` (this cluster's own temp/session directory)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def stop_own_cluster(ray: str, temp: str, groups: list[int], env: dict[str, str]) -> None:
+    """Stop only the cluster this script started: its worker nodes' process groups, then every process that
+    names its temp directory (the head's GCS, raylets, workers). Never `ray stop --force`, which stops every Ray
+    process on the machine, other users' clusters too."""
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for _ in range(3):  # a dying raylet may start a worker on its way out
+        for pid in own_processes(temp):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
 
 
 def mutants(
@@ -67,7 +96,7 @@ def with_cluster(nodes: int, fn: Callable[[dict[str, str], str], float]) -> floa
     )
     workers = [
         subprocess.Popen(
-            [ray, "start", f"--address=127.0.0.1:{port}", "--block", *NODE],
+            [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -76,13 +105,11 @@ def with_cluster(nodes: int, fn: Callable[[dict[str, str], str], float]) -> floa
         for _ in range(nodes - 1)
     ]
     try:
-        probe = f"import ray,time\nray.init(logging_level='ERROR')\nwhile len([n for n in ray.nodes() if n['Alive']]) < {nodes}: time.sleep(0.5)"
+        probe = f"import ray,time\nray.init(logging_level='ERROR', _node_ip_address='127.0.0.1')\nwhile len([n for n in ray.nodes() if n['Alive']]) < {nodes}: time.sleep(0.5)"
         subprocess.run([str(BIN / "python"), "-c", probe], env=env, check=True, timeout=300)
         return fn(env, f"127.0.0.1:{port}")
     finally:
-        for w in workers:
-            os.killpg(w.pid, signal.SIGKILL)
-        subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
+        stop_own_cluster(ray, temp, [w.pid for w in workers], env)
 
 
 def main() -> int:

@@ -9,9 +9,11 @@ the result straight away. Existing files are never overwritten: each one is repo
 from __future__ import annotations
 
 import argparse
+import os
 from importlib import resources
 from pathlib import Path
 
+from falsify import safefile
 from falsify.project import ProjectError, find_project_or_none
 
 HELP = "write a working starter into this repo: [tool.falsify], a contract, a falsifier, a mutant, CI"
@@ -30,6 +32,7 @@ FILES = {
     "ci.yml.tmpl": ".github/workflows/falsify.yml",
 }
 PYTEST_TABLE = '\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+MAX_READ = 4 * 2**20  # bytes of an existing pyproject.toml or .gitignore init reads before it appends
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -52,33 +55,42 @@ def run(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise ProjectError(f"{root} is not a directory")
     pyproject = root / "pyproject.toml"
+    if os.path.lexists(pyproject):  # read through the file layer first: a FIFO or link is named, never read
+        safefile.read_bytes(pyproject, limit=MAX_READ, what="pyproject.toml", root=root)
     existing = find_project_or_none(root) if pyproject.is_file() else None
     if existing is not None and existing.root == root:
         raise ProjectError(f"{pyproject} already has [tool.falsify]: nothing written")
     written, kept = [], []
     for name, target in FILES.items():
         path = root / target
-        if path.exists():
+        if os.path.lexists(path):
             kept.append(target)
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(template(name), encoding="utf-8")
+        # every file through the one file layer: inside root, no symlinked directory on the way, O_EXCL |
+        # O_NOFOLLOW (a dangling link is never written through), named errors for read-only or full disks
+        safefile.make_dirs(path.parent, root=root)
+        safefile.create(path, template(name).encode("utf-8"), what=target, root=root)
         written.append(target)
     table = template("falsify.toml.tmpl")
-    if pyproject.is_file():
-        text = pyproject.read_text(encoding="utf-8")
+    if os.path.lexists(pyproject):
+        text = safefile.read_text(pyproject, limit=MAX_READ, what="pyproject.toml", root=root)
         addition = ("\n" if text and not text.endswith("\n") else "") + "\n" + table
         if "[tool.pytest.ini_options]" not in text:
             addition += PYTEST_TABLE
-        pyproject.write_text(text + addition, encoding="utf-8")
+        safefile.replace(pyproject, (text + addition).encode("utf-8"), what="pyproject.toml", root=root)
         written.append("pyproject.toml ([tool.falsify] appended)")
     else:
-        pyproject.write_text(table + PYTEST_TABLE, encoding="utf-8")
+        safefile.create(pyproject, (table + PYTEST_TABLE).encode("utf-8"), what="pyproject.toml", root=root)
         written.append("pyproject.toml")
     ignore = root / ".gitignore"
-    lines = ignore.read_text(encoding="utf-8").splitlines() if ignore.is_file() else []
+    lines = (
+        safefile.read_text(ignore, limit=MAX_READ, what=".gitignore", root=root).splitlines()
+        if os.path.lexists(ignore)
+        else []
+    )
     if ".falsify/" not in lines and "/.falsify/" not in lines:
-        ignore.write_text("\n".join([*lines, ".falsify/"]) + "\n", encoding="utf-8")
+        data = ("\n".join([*lines, ".falsify/"]) + "\n").encode("utf-8")
+        safefile.replace(ignore, data, what=".gitignore", root=root)
         written.append(".gitignore (.falsify/: gate and mutant outputs)")
     for line in written:
         print(f"init: wrote {line}")

@@ -24,10 +24,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from falsify import safefile
 from falsify.errors import FalsifyError
 
 KEYS = ("contracts", "packs", "tests", "mutants", "engine", "sources", "weights", "copy_exclude")
 LIST_KEYS = frozenset({"packs", "sources", "weights", "copy_exclude"})
+PATH_KEYS = frozenset({"contracts", "tests", "mutants", "sources", "weights"})  # inside the project, always
+MAX_PYPROJECT = 4 * 2**20  # bytes
 STARTER = '[tool.falsify] with contracts = "contracts", tests = "tests", engine = "module:factory"'
 
 
@@ -91,11 +94,13 @@ def find_project_or_none(start: Path | None = None) -> Project | None:
 
 def _table(pyproject: Path) -> dict[str, Any] | None:
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        data = tomllib.loads(safefile.read_text(pyproject, limit=MAX_PYPROJECT, what="pyproject.toml"))
+    except safefile.FileLayerError as exc:
+        raise ProjectError(str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ProjectError(f"{pyproject}: not valid TOML: {exc}") from None
-    except (UnicodeDecodeError, OSError) as exc:
-        raise ProjectError(f"{pyproject}: cannot be read: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise ProjectError(f"{pyproject}: nested too deeply to be a configuration") from None
     table = data.get("tool", {}).get("falsify")
     if table is not None and not isinstance(table, dict):
         raise ProjectError(f"{pyproject}: [tool.falsify] must be a table")
@@ -116,6 +121,11 @@ def _project(root: Path, table: dict[str, Any]) -> Project:
                 raise ProjectError(f"{where}: [tool.falsify] {key} must be a list of strings, got {value!r}")
         elif not isinstance(value, str) or not value:
             raise ProjectError(f"{where}: [tool.falsify] {key} must be a non-empty string, got {value!r}")
+        if key in PATH_KEYS:
+            for item in value if isinstance(value, list) else [value]:
+                problem = glob_problem(item)
+                if problem:
+                    raise ProjectError(f"{where}: [tool.falsify] {key}: {problem}")
     return Project(
         root,
         root / table.get("contracts", "contracts"),
@@ -127,6 +137,17 @@ def _project(root: Path, table: dict[str, Any]) -> Project:
         tuple(table.get("weights", ())),
         tuple(table.get("copy_exclude", ())),
     )
+
+
+def glob_problem(pattern: str) -> str | None:
+    """Why a configured path or glob could name something outside the project; None when it cannot."""
+    if not pattern or "\x00" in pattern:
+        return f"{pattern!r} is empty or holds a NUL"
+    if os.path.isabs(pattern) or pattern.startswith("~") or "\\" in pattern:
+        return f"{pattern!r} is absolute; give a path or glob relative to the project root"
+    if ".." in Path(pattern).parts:
+        return f"{pattern!r} climbs out with '..'; give a path or glob inside the project"
+    return None
 
 
 def schema_path(name: str) -> Path:

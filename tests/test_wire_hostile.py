@@ -209,3 +209,54 @@ def test_http_has_one_deadline_per_request(reply) -> None:
         assert time.monotonic() - started < 5, "the deadline was per recv, not per request"
     finally:
         server.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie waiting for its reaper is gone
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_gate_ends_pytest_and_the_engine(tmp_path: Path, sig: signal.Signals) -> None:
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    pids = tmp_path / "pids"
+    engine = f"exec:{sys.executable} {root / 'tests' / 'fixtures' / 'wire' / 'stubborn_engine.py'} {pids}"
+    env = {**os.environ, "PYTHONPATH": str(root), "FALSIFY_WIRE_TIMEOUT": "600", "HYPOTHESIS_PROFILE": "ci"}
+    argv = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", str(tmp_path / "out")]
+    gate = subprocess.Popen(
+        [*argv, "--", "-k", "test_cancel_contract"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 25
+        while not (pids.exists() and pids.read_text().endswith("\n")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pids.exists(), "the engine never started"
+        engine_pid, pytest_pid = map(int, pids.read_text().split())
+        time.sleep(1.0)  # the engine is at generate, hanging
+        gate.send_signal(sig)
+        code = gate.wait(15)
+        assert code in (-sig, 128 + sig, 130 if sig == signal.SIGINT else 143), code
+        for _ in range(50):
+            if not (_alive(engine_pid) or _alive(pytest_pid)):
+                break
+            time.sleep(0.1)
+        assert not _alive(pytest_pid), "pytest outlived the gate"
+        assert not _alive(engine_pid), "the engine outlived the gate"
+    finally:
+        if gate.poll() is None:
+            os.killpg(gate.pid, signal.SIGKILL)
+            gate.wait()
+        for pid in map(int, pids.read_text().split() if pids.exists() else ()):  # a regression leaks nothing
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

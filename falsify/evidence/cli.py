@@ -13,6 +13,7 @@ import os
 import time
 from pathlib import Path
 
+from falsify import boundedjson, safefile
 from falsify.contracts.corpus import contract_dirs, load_corpus
 from falsify.engines.loading import check_engine, engine_forms, resolve_engine
 from falsify.evidence import (
@@ -38,7 +39,7 @@ from falsify.evidence.statements import (
     normalise_results,
 )
 from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, source_files, tree_digests
-from falsify.evidence.verify import verify
+from falsify.evidence.verify import MAX_JSON_BYTES, verify
 from falsify.project import find_project
 
 HELP = {
@@ -184,9 +185,12 @@ def run_evidence(args: argparse.Namespace) -> int:
     if args.matrix is not None:
         matrix_path = args.matrix if args.matrix.is_absolute() else here / args.matrix
         try:
-            matrix = json.loads(matrix_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise EvidenceError(f"{matrix_path}: not a readable matrix.json ({exc})") from None
+            matrix = boundedjson.loads(
+                safefile.read_bytes(matrix_path, limit=MAX_JSON_BYTES, what="matrix.json"),
+                what=str(matrix_path),
+            )
+        except (safefile.FileLayerError, boundedjson.JsonFormatError) as exc:
+            raise EvidenceError(f"not a readable matrix.json: {exc}") from None
     assert out is not None
     signing_key = (
         load_private_key(args.sign if args.sign.is_absolute() else here / args.sign) if args.sign else None
@@ -239,15 +243,18 @@ def run_evidence(args: argparse.Namespace) -> int:
             f"the tree changed while the gate and mutants ran: {', '.join(names)}; no bundle "
             "written (run again on a quiet tree)"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in (MUTATION_REPORT, MUTMUT_REPORT, MATRIX, *FIGURE_TITLES):
-        if stale not in files and (out / stale).exists():
-            (out / stale).unlink()
-    for name, data in files.items():
-        (out / name).write_bytes(data)
+    try:  # the one file layer: a symlink or FIFO in the bundle is replaced or refused, never written through
+        safefile.make_dirs(out, what="bundle directory")
+        for stale in (MUTATION_REPORT, MUTMUT_REPORT, MATRIX, *FIGURE_TITLES):
+            if stale not in files and os.path.lexists(out / stale):
+                (out / stale).unlink()
+        for name, data in files.items():
+            safefile.replace(out / name, data, what=name)
+    except (safefile.FileLayerError, IsADirectoryError) as exc:
+        raise EvidenceError(str(exc)) from None
     if signing_key is not None:
         print(f"evidence: signed: {sign_bundle(out, signing_key)}")
-    elif (out / SIGNATURES).exists():
+    elif os.path.lexists(out / SIGNATURES):
         (out / SIGNATURES).unlink()  # an old signature would not cover the new statements
     verdict = json.loads(files[STATEMENTS].splitlines()[1])["predicate"]["verdict"]
     print(f"evidence: {gate_note}; bundle in {out}: {', '.join(sorted(files))}")
@@ -262,6 +269,17 @@ def run_evidence(args: argparse.Namespace) -> int:
     return 0 if verdict["decision"] == "GO" else 1
 
 
+def _bundle_file(path: Path, problems: list[str]) -> bytes | None:
+    """A bundle file's bytes through the file layer; None (and a problem, unless it is simply absent) otherwise."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        return safefile.read_bytes(path, limit=MAX_JSON_BYTES, what=path.name)
+    except safefile.FileLayerError as exc:
+        problems.append(str(exc))
+        return None
+
+
 def run_verify(args: argparse.Namespace) -> int:
     project = find_project()
     bundle = args.bundle if args.bundle.is_absolute() else Path.cwd() / args.bundle
@@ -273,11 +291,9 @@ def run_verify(args: argparse.Namespace) -> int:
         public_key = load_public_key(args.key if args.key.is_absolute() else Path.cwd() / args.key)
     result = verify(bundle, project.root)
     if public_key is not None:
-        statements = bundle / STATEMENTS
-        signatures = bundle / SIGNATURES
         result.problems += check_envelopes(
-            statements.read_bytes() if statements.is_file() else b"",
-            signatures.read_bytes() if signatures.is_file() and not signatures.is_symlink() else None,
+            _bundle_file(bundle / STATEMENTS, result.problems) or b"",
+            _bundle_file(bundle / SIGNATURES, result.problems),
             public_key,
         )
     verdict = result.verdict

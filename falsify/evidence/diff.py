@@ -15,13 +15,14 @@ Exit codes: 0 no regression, 1 at least one regression, 2 a bundle that cannot b
 from __future__ import annotations
 
 import argparse
-import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from falsify import boundedjson, safefile
 from falsify.evidence import CONTRACT_EVIDENCE_TYPE, STATEMENTS
 from falsify.evidence.tree import EvidenceError
 
@@ -43,19 +44,17 @@ def load_evidence(bundle: Path) -> tuple[dict[str, Any], list[Any]]:
     path = bundle / STATEMENTS
     if not bundle.is_dir():
         raise EvidenceError(f"{bundle}: not a directory")
-    if path.is_symlink() or not path.is_file():
+    if not os.path.lexists(path):
         raise EvidenceError(f"{path}: missing (not an evidence bundle)")
-    if path.stat().st_size > MAX_STATEMENTS_BYTES:
-        raise EvidenceError(f"{path}: over {MAX_STATEMENTS_BYTES} bytes")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EvidenceError(f"{path}: unreadable ({exc})") from None
+        lines = safefile.read_text(path, limit=MAX_STATEMENTS_BYTES, what="statements file").splitlines()
+    except safefile.FileLayerError as exc:
+        raise EvidenceError(str(exc)) from None
     for number, line in enumerate(lines, 1):
         try:
-            statement = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise EvidenceError(f"{path}:{number}: not JSON") from None
+            statement = boundedjson.loads(line, what=f"{path}:{number}", max_bytes=MAX_STATEMENTS_BYTES)
+        except boundedjson.JsonFormatError as exc:
+            raise EvidenceError(str(exc)) from None
         if isinstance(statement, dict) and statement.get("predicateType") == CONTRACT_EVIDENCE_TYPE:
             predicate = statement.get("predicate")
             if not isinstance(predicate, dict) or not isinstance(predicate.get("predictions"), list):

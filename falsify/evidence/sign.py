@@ -25,10 +25,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from falsify import boundedjson, safefile
 from falsify.evidence import SIGNATURES, STATEMENTS
 from falsify.evidence.tree import EvidenceError
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
+MAX_KEY_BYTES = 64 * 2**10  # a PEM Ed25519 key is ~120 bytes: anything past this is not one
+MAX_JSON_BYTES = 256 << 20  # a statements file (as verify bounds it)
 STATEMENT_NAMES = ("test-result", "contract-evidence", "release-report")
 
 
@@ -78,9 +81,9 @@ def load_public_key(path: Path) -> Any:
 def _load_key(path: Path, what: str, parse: Callable[[bytes], Any], form: str, kind: type) -> Any:
     """The Ed25519 key in a PEM file, or an EvidenceError naming the file and what is wrong with it."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise EvidenceError(f"{path}: cannot read {what} ({exc.strerror})") from None
+        data = safefile.read_bytes(path, limit=MAX_KEY_BYTES, what=what.removeprefix("the "))
+    except safefile.FileLayerError as exc:
+        raise EvidenceError(str(exc)) from None
     try:
         key = parse(data)
     except (ValueError, TypeError) as exc:
@@ -95,7 +98,7 @@ def keygen(path: Path) -> tuple[Path, Path]:
     serialization, ed25519 = _crypto()
     public_path = path.with_name(path.name + ".pub")
     for p in (path, public_path):
-        if p.exists():
+        if os.path.lexists(p):  # a dangling symlink too: nothing is ever written through one
             raise EvidenceError(f"{p}: already exists; keygen never overwrites a key")
     key = ed25519.Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(
@@ -104,10 +107,15 @@ def keygen(path: Path) -> tuple[Path, Path]:
     public_pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(private_pem)
-    public_path.write_bytes(public_pem)
+    try:
+        safefile.create(path, private_pem, mode=0o600, what="private key")
+        try:
+            safefile.create(public_path, public_pem, what="public key")
+        except safefile.FileLayerError:
+            os.unlink(path)  # no half pair left behind
+            raise
+    except safefile.FileLayerError as exc:
+        raise EvidenceError(str(exc)) from None
     return path, public_path
 
 
@@ -133,10 +141,12 @@ def envelopes(statements: bytes, private_key: Any) -> bytes:
 def sign_bundle(bundle: Path, private_key: Any) -> Path:
     """Write the bundle's signatures file from its statements file."""
     statements = bundle / STATEMENTS
-    if not statements.is_file() or statements.is_symlink():
-        raise EvidenceError(f"{statements}: no statements file to sign")
     target = bundle / SIGNATURES
-    target.write_bytes(envelopes(statements.read_bytes(), private_key))
+    try:
+        data = safefile.read_bytes(statements, limit=MAX_JSON_BYTES, what="statements file")
+        safefile.replace(target, envelopes(data, private_key), what="signatures file")
+    except safefile.FileLayerError as exc:
+        raise EvidenceError(str(exc)) from None
     return target
 
 
@@ -164,9 +174,9 @@ def check_envelopes(statements: bytes, signatures: bytes | None, public_key: Any
             problems.append(f"{_name(i)}: no envelope")
             continue
         try:
-            envelope = json.loads(raw[i])
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            problems.append(f"{_name(i)}: envelope is not JSON ({exc.msg if hasattr(exc, 'msg') else exc})")
+            envelope = boundedjson.loads(raw[i], what="envelope")
+        except boundedjson.JsonFormatError as exc:
+            problems.append(f"{_name(i)}: {exc}")
             continue
         if not isinstance(envelope, dict):
             problems.append(f"{_name(i)}: envelope is not a JSON object")

@@ -21,7 +21,7 @@ from falsify.contracts.corpus import YAML_SUFFIXES
 from falsify.engines.loading import EngineError, load_engine
 from falsify.errors import FalsifyError
 from falsify.evidence.digests import descriptor, sha256_file
-from falsify.project import Project
+from falsify.project import Project, glob_problem
 
 DEFAULT_SOURCES = ("reference/**/*.py",)
 WEIGHT_FILES = ("config.json", "model.safetensors")
@@ -86,10 +86,15 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def source_files(root: Path, patterns: tuple[str, ...]) -> list[str]:
+    """The files the source globs match inside `root` (a bundle's recorded globs too: absolute or `..` ones are
+    refused by name, and a match through a symlinked directory out of the tree is never read)."""
     found: set[str] = set()
     for pattern in patterns:
+        problem = glob_problem(pattern)
+        if problem:
+            raise EvidenceError(f"sources: {problem}")
         for path in root.glob(pattern):
-            if path.is_file() and "__pycache__" not in path.parts:
+            if path.is_file() and "__pycache__" not in path.parts and _within(root, path):
                 found.add(path.relative_to(root).as_posix())
     return sorted(found)
 
@@ -235,9 +240,15 @@ def configured_weights(root: Path) -> list[tuple[str, Path]]:
         p.relative_to(root).as_posix(): p
         for pattern in (project.weights if project else ())
         for p in root.glob(pattern)
-        if p.is_file()
+        if p.is_file() and _within(root, p)
     }
     return sorted(found.items())
+
+
+def _within(root: Path, path: Path) -> bool:
+    """`path` is inside `root` once links are resolved: a glob through a symlinked directory reads nothing
+    outside the tree (the configuration itself refuses absolute and `..` patterns)."""
+    return path.resolve().is_relative_to(root.resolve())
 
 
 def tree_digests(root: Path, inputs: Inputs) -> dict[str, str]:

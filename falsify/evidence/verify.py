@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonschema
 
+from falsify import boundedjson, safefile
 from falsify.contracts.corpus import contract_dirs, load_corpus
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
@@ -106,17 +107,18 @@ def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]
     path = bundle / STATEMENTS
     if path.is_symlink():
         raise EvidenceError(f"{path}: a symlink; a bundle holds only regular files")
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise EvidenceError(f"{path}: no such file (is {bundle} an evidence bundle?)")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise EvidenceError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_JSON_BYTES:,}-byte limit")
-    lines = path.read_bytes().splitlines()
+    try:
+        lines = safefile.read_bytes(path, limit=MAX_JSON_BYTES, what="statements file").splitlines()
+    except safefile.FileLayerError as exc:
+        raise EvidenceError(str(exc)) from None
     by_type: dict[str, dict[str, Any]] = {}
     for i, line in enumerate(lines, 1):
         try:
-            stmt = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EvidenceError(f"{STATEMENTS} line {i}: not JSON ({exc})") from None
+            stmt = boundedjson.loads(line, what=f"{STATEMENTS} line {i}", max_bytes=MAX_JSON_BYTES)
+        except boundedjson.JsonFormatError as exc:
+            raise EvidenceError(str(exc)) from None
         problems = shape_problems(stmt)
         if problems:
             raise EvidenceError(f"{STATEMENTS} line {i}: not an in-toto Statement v1: {'; '.join(problems)}")
@@ -324,15 +326,14 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
 
 
 def _json(path: Path, v: Verification) -> Any:
-    if path.is_symlink() or path.stat().st_size > MAX_JSON_BYTES:
-        v.problems.append(
-            f"{path.name}: a link or over {MAX_JSON_BYTES:,} bytes; the verdict cannot be re-derived"
-        )
-        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        v.problems.append(f"{path.name}: not valid JSON ({exc}); the verdict cannot be re-derived")
+        return boundedjson.loads(
+            safefile.read_bytes(path, limit=MAX_JSON_BYTES, what=path.name),
+            what=path.name,
+            max_bytes=MAX_JSON_BYTES,
+        )
+    except (safefile.FileLayerError, boundedjson.JsonFormatError) as exc:
+        v.problems.append(f"{exc}; the verdict cannot be re-derived")
         return None
 
 

@@ -10,10 +10,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -87,10 +89,15 @@ def run_pytest_timed(
     cmd += args
     out = subprocess.DEVNULL if quiet else None
     start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, cwd=project.root, stdout=out, stderr=out, env=env or os.environ.copy(), start_new_session=True
-    )
+    env = dict(env or os.environ)
+    # Wire engines the run starts get process groups of their own; each records its group here
+    # (falsify/engines/wire/transports.py), so the gate can end them even when pytest was killed before it could.
+    groups_fd, groups = tempfile.mkstemp(prefix="falsify-engine-groups-")
+    os.close(groups_fd)
+    env[ENGINE_GROUPS] = groups
+    proc = subprocess.Popen(cmd, cwd=project.root, stdout=out, stderr=out, env=env, start_new_session=True)
     timed_out = False
+    restore = _terminate_as_exit()
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -101,12 +108,51 @@ def run_pytest_timed(
         except subprocess.TimeoutExpired:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
-    except BaseException:
+    except BaseException:  # Ctrl-C, SIGTERM (as SystemExit 143): nothing the run started outlives the gate
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
+        _end_engine_groups(groups)
         raise
+    finally:
+        restore()
     _signal_group(proc.pid, signal.SIGKILL)  # anything the run left behind in its group
+    _end_engine_groups(groups)
     return Ran(proc.returncode, timed_out, time.monotonic() - start)
+
+
+ENGINE_GROUPS = "FALSIFY_ENGINE_GROUPS"
+
+
+def _end_engine_groups(path: str) -> None:
+    """Kill each wire engine's process group the run recorded (pytest ends them itself when it exits normally;
+    a killed pytest cannot), then remove the record."""
+    try:
+        with open(path, "rb") as f:
+            recorded = f.read(1 << 20).split()
+    except OSError:
+        recorded = []
+    for item in recorded:
+        if item.isdigit() and int(item) > 1:
+            _signal_group(int(item), signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _terminate_as_exit() -> Callable[[], None]:
+    """While pytest runs, SIGTERM raises SystemExit(143) in the gate (its default would end the gate at once and
+    leave pytest and the engines running). Returns the function that restores the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def _signal_group(pgid: int, sig: int) -> None:

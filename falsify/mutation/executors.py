@@ -105,6 +105,13 @@ def unpack(digest: str, data: bytes) -> Path:
     return base
 
 
+def _node_ip(address: str | None) -> dict[str, str]:
+    """The driver's node IP for a cluster on this machine's loopback: Ray would otherwise find it by opening a
+    socket towards an outside address (it sends nothing, but nothing should try)."""
+    host = (address or "").removeprefix("ray://").rsplit(":", 1)[0]
+    return {"_node_ip_address": "127.0.0.1"} if host in ("127.0.0.1", "localhost") else {}
+
+
 def ray_tasks(
     fn: Callable[..., Any],
     tasks: list[tuple[Any, ...]],
@@ -121,7 +128,7 @@ def ray_tasks(
         raise ExecutorError("--executor ray needs Ray: pip install 'ray>=2.40'") from None
     digest, data = snapshot(root, skipper(exclude))
     try:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False, **_node_ip(address))
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ExecutorError(f"no Ray cluster at {address!r}: {exc}") from None
     try:

@@ -8,6 +8,7 @@ python cluster_run.py PROJECT --engine ENGINE [--kill-worker] [--command campaig
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -25,6 +26,34 @@ NODE = [
     "--object-store-memory=200000000",
     "--disable-usage-stats",
 ]
+
+
+def own_processes(marker: str) -> list[int]:
+    """Pids of the processes whose command line names `marker` (this cluster's own temp/session directory)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def stop_own_cluster(ray: str, temp: str, groups: list[int], env: dict[str, str]) -> None:
+    """Stop only the cluster this script started: its worker nodes' process groups, then every process that
+    names its temp directory (the head's GCS, raylets, workers). Never `ray stop --force`, which stops every Ray
+    process on the machine, other users' clusters too."""
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for _ in range(3):  # a dying raylet may start a worker on its way out
+        for pid in own_processes(temp):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
 
 
 def free_port() -> int:
@@ -56,7 +85,7 @@ def main() -> int:
         timeout=180,
     )
     worker = subprocess.Popen(
-        [ray, "start", f"--address=127.0.0.1:{port}", "--block", *NODE],
+        [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -70,7 +99,7 @@ def main() -> int:
                 [
                     str(BIN / "python"),
                     "-c",
-                    "import ray; ray.init(logging_level='ERROR'); print(len([n for n in ray.nodes() if n['Alive']]))",
+                    "import ray; ray.init(logging_level='ERROR', _node_ip_address='127.0.0.1'); print(len([n for n in ray.nodes() if n['Alive']]))",
                 ],
                 capture_output=True,
                 text=True,
@@ -116,9 +145,7 @@ def main() -> int:
         print(json.dumps({"exit": code, "output": "".join(lines), "killed_worker": killed}))
         return 0
     finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-        subprocess.run([ray, "stop", "--force"], capture_output=True, env=env, timeout=120, check=False)
+        stop_own_cluster(ray, str(temp), [worker.pid], env)
 
 
 if __name__ == "__main__":

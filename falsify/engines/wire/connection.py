@@ -116,7 +116,7 @@ class Connection:
             if "method" in message:
                 self._engine_message(message, on_engine, method)
                 continue
-            if message.get("id") != rid:
+            if type(message.get("id")) is not int or message["id"] != rid:  # 1.0 and true are not id 1
                 self.fail(
                     errors.ProtocolViolation(
                         f"{self._who()}: a reply to id {message.get('id')} while {waiting}"

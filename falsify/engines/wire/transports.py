@@ -36,6 +36,20 @@ class TransportError(Exception):
     """A transport could not be set up or written to; the client names it."""
 
 
+def _record_group(pgid: int) -> None:
+    """Append the engine's process group to the file `falsify gate` names in FALSIFY_ENGINE_GROUPS, so the gate
+    can end it even if this process is killed before close() runs."""
+    path = os.environ.get("FALSIFY_ENGINE_GROUPS")
+    if not path:
+        return
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.write(fd, f"{pgid}\n".encode())
+        finally:
+            os.close(fd)
+
+
 class StdioTransport:
     """`exec:CMD ARGS`: the engine is a child process; requests go to its stdin, its stdout is read as lines.
 
@@ -61,6 +75,7 @@ class StdioTransport:
             )
         except OSError as exc:
             raise TransportError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        _record_group(self.proc.pid)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         assert self.proc.stdin is not None
         self._out, self._err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
