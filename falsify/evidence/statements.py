@@ -16,22 +16,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from falsify import evidence as layout  # the bundle's file names and statement types
 from falsify.contracts.corpus import Corpus
 from falsify.errors import FormulaError
-from falsify.evidence import (
-    CONTRACT_EVIDENCE_TYPE,
-    JUNIT,
-    MATRIX,
-    MUTATION_REPORT,
-    MUTMUT_REPORT,
-    RELEASE_REPORT_TYPE,
-    REPORT_HTML,
-    REPORT_MD,
-    RESULTS,
-    STATEMENT_TYPE,
-    STATEMENTS,
-    TEST_RESULT_TYPE,
-)
 from falsify.evidence.digests import (
     canonical,
     descriptor,
@@ -104,7 +91,7 @@ def normalise_junit(xml: bytes, root: Path) -> bytes:
     try:
         tree = ET.fromstring(xml)
     except ET.ParseError as exc:
-        raise EvidenceError(f"{JUNIT}: not XML ({exc})") from None
+        raise EvidenceError(f"{layout.JUNIT}: not XML ({exc})") from None
     for element in tree.iter():
         for key in ("time", "timestamp", "hostname"):
             element.attrib.pop(key, None)
@@ -139,7 +126,7 @@ def statement(
     subject: list[dict[str, Any]], predicate_type: str, predicate: dict[str, Any]
 ) -> dict[str, Any]:
     return {
-        "_type": STATEMENT_TYPE,
+        "_type": layout.STATEMENT_TYPE,
         "subject": subject,
         "predicateType": predicate_type,
         "predicate": predicate,
@@ -159,17 +146,17 @@ def build(
 
     source: the git commit, tag and dirty flag the run was made on (`git_source`); recorded, not re-derived, like
     generated_at, so a bundle verifies after later commits."""
-    files: dict[str, bytes] = {JUNIT: run.junit, RESULTS: pretty(run.results).encode()}
+    files: dict[str, bytes] = {layout.JUNIT: run.junit, layout.RESULTS: pretty(run.results).encode()}
     # Outcomes come from the report as the bundle keeps it, so that `verify` reads exactly what `evidence` read.
     report = normalise(run.mutation_report, root) if run.mutation_report is not None else None
     if report is not None:
-        files[MUTATION_REPORT] = pretty(report).encode()
+        files[layout.MUTATION_REPORT] = pretty(report).encode()
     mutmut_report = normalise(run.mutmut_report, root) if run.mutmut_report is not None else None
     if mutmut_report is not None:
-        files[MUTMUT_REPORT] = pretty(mutmut_report).encode()
+        files[layout.MUTMUT_REPORT] = pretty(mutmut_report).encode()
     matrix = normalise_matrix(run.matrix, root) if run.matrix is not None else None
     if matrix is not None:
-        files[MATRIX] = pretty(matrix).encode()
+        files[layout.MATRIX] = pretty(matrix).encode()
     reports = [descriptor(name, sha256_bytes(files[name])) for name in sorted(files)]
 
     rows = per_prediction(corpus, run.results)
@@ -216,7 +203,7 @@ def build(
     gate_ok = _gate_ok(verdict)
     test_result = statement(
         subjects,
-        TEST_RESULT_TYPE,
+        layout.TEST_RESULT_TYPE,
         {
             "result": "PASSED" if gate_ok else "FAILED",
             "configuration": configuration,
@@ -225,13 +212,13 @@ def build(
             "failedTests": by_outcome["failed"] + by_outcome["error"] + by_outcome.get("timeout", []),
             # Extension fields (consumers ignore unknown fields, in-toto parsing rules):
             "skippedTests": by_outcome["skipped"],
-            "reports": [d for d in reports if d["name"] in (JUNIT, RESULTS)],
+            "reports": [d for d in reports if d["name"] in (layout.JUNIT, layout.RESULTS)],
         },
     )
 
     contract_evidence = statement(
         subjects,
-        CONTRACT_EVIDENCE_TYPE,
+        layout.CONTRACT_EVIDENCE_TYPE,
         {
             "inputs": inputs.as_json(),
             "verdict": verdict,
@@ -259,11 +246,14 @@ def build(
     drawn = figures(contract_evidence["predicate"])
     for name, (svg, _) in drawn.items():
         files[name] = svg.encode()
-    files[REPORT_MD] = render_markdown(test_result, contract_evidence, generated_at, drawn).encode()
-    files[REPORT_HTML] = render_html(test_result, contract_evidence, generated_at, drawn).encode()
+    files[layout.REPORT_MD] = render_markdown(test_result, contract_evidence, generated_at, drawn).encode()
+    files[layout.REPORT_HTML] = render_html(test_result, contract_evidence, generated_at, drawn).encode()
     release = statement(
-        [descriptor(name, sha256_bytes(files[name])) for name in (REPORT_HTML, REPORT_MD, *sorted(drawn))],
-        RELEASE_REPORT_TYPE,
+        [
+            descriptor(name, sha256_bytes(files[name]))
+            for name in (layout.REPORT_HTML, layout.REPORT_MD, *sorted(drawn))
+        ],
+        layout.RELEASE_REPORT_TYPE,
         {
             "generatedAt": generated_at,
             "decision": verdict["decision"],
@@ -271,13 +261,13 @@ def build(
             "statements": [
                 {"line": i + 1, "predicateType": t, "digest": {"sha256": sha256_bytes(line.encode())}}
                 for i, (t, line) in enumerate(
-                    zip((TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE), lines, strict=True)
+                    zip((layout.TEST_RESULT_TYPE, layout.CONTRACT_EVIDENCE_TYPE), lines, strict=True)
                 )
             ],
         },
     )
     lines.append(canonical(release))
-    files[STATEMENTS] = ("\n".join(lines) + "\n").encode()
+    files[layout.STATEMENTS] = ("\n".join(lines) + "\n").encode()
     return files
 
 

@@ -13,70 +13,39 @@ on the reference distribution; without it, load_model is a one-line EngineError 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from falsify.engines.adapters.generate import AdapterSession, GenerateCall, Measured
 from falsify.engines.cancel import HarnessCancel
 from falsify.engines.loading import load_engine
 from falsify.engines.protocol import RunRecord
 
 
-class BrokenSession:
+class BrokenSession(AdapterSession[RunRecord]):
+    record = RunRecord
+
     def __init__(self, model: Any) -> None:
         self.model = model
 
-    def generate(
-        self,
-        prompt: Sequence[int],
-        max_tokens: int,
-        cancel: Any = None,
-        stop_tokens: Iterable[int] = (),
-        sampler: Callable[[np.ndarray], int] | None = None,
-        on_token: Callable[[int], object] | None = None,
-    ) -> RunRecord:
-        cancel = HarnessCancel.never() if cancel is None else cancel
-        sample = sampler or (lambda logits: int(np.argmax(logits)))
-        stops = frozenset(int(t) for t in stop_tokens)
+    def _generate(self, call: GenerateCall) -> Measured:
+        sample = call.sampler or (lambda logits: int(np.argmax(logits)))
         state = self.model.new_state()
-        polls_before = cancel.polls
         tokens: list[int] = []
-        positions: list[int] = []
-        prefill_forwards = decode_forwards = wasted = 0
-        cancelled = False
-        while len(tokens) < max_tokens and not (tokens and tokens[-1] in stops):
-            if not tokens:
-                logits = self.model.forward(np.asarray(prompt, np.int64), state)[-1]
-                prefill_forwards += 1
-            else:
-                positions.append(int(state.pos))
-                logits = self.model.forward(np.asarray(tokens[-1:], np.int64), state)[-1]
-                decode_forwards += 1
-            if cancel.is_cancelled():  # THE BUG: polled after the forward, whose logits are now thrown away
-                wasted += 1
-                cancelled = True
+        prefill: list[tuple[int, int]] = []
+        decode: list[tuple[int, int]] = []
+        while len(tokens) < call.max_tokens and not (tokens and tokens[-1] in call.stops):
+            fed = call.prompt if not tokens else tokens[-1:]
+            (decode if tokens else prefill).append((len(fed), int(state.pos)))
+            logits = self.model.forward(np.asarray(fed, np.int64), state)[-1]
+            # THE BUG: polled after the forward, whose logits are now thrown away
+            if call.cancel.is_cancelled():
                 break
             tokens.append(int(sample(logits)))
-            if on_token is not None:
-                on_token(tokens[-1])
-        if tokens and tokens[-1] in stops:
-            reason = "stop_token"
-        elif not cancelled and len(tokens) >= max_tokens:
-            reason = "max_tokens"
-        else:
-            reason = "cancelled"
-        return RunRecord(
-            tuple(tokens),
-            len(tokens),
-            decode_forwards,
-            prefill_forwards,
-            cancel.polls - polls_before,
-            tuple(positions),
-            wasted,
-            reason,
-            len(prompt),
-        )
+            if call.on_token is not None:
+                call.on_token(tokens[-1])
+        return Measured(tokens, prefill, decode, forwards=len(prefill) + len(decode))
 
 
 class BrokenEngine:

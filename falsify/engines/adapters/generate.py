@@ -1,11 +1,13 @@
-"""What the adapters over other libraries (hf, llamacpp) share around one `generate` call: its arguments checked
-before the library sees them (one clear ValueError naming the argument, never an error from deep inside torch or
-llama.cpp), and its run record built from the forwards the adapter measured."""
+"""What the adapters (hf, llamacpp, broken) share around one `generate` call: `AdapterSession.generate`, the Session
+protocol's signature once, checks the arguments before the library sees them (one clear ValueError naming the
+argument, never an error from deep inside torch or llama.cpp), counts the cancel token's polls, runs the adapter's
+own loop (`_generate`, which reports the forwards it measured) and builds the run record from those."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -94,3 +96,73 @@ def run_record(
         stop_reason=reason,
         prompt_len=prompt_len,
     )
+
+
+R = TypeVar("R", bound=RunRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateCall:
+    """One generate call's arguments, checked."""
+
+    prompt: list[int]
+    max_tokens: int
+    stops: list[int]
+    cancel: Any  # a cancel token (HarnessCancel.never() when none was given)
+    sampler: Callable[[np.ndarray], int] | None
+    on_token: Callable[[int], object] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What an adapter's loop saw: the tokens it emitted and each forward as (tokens fed, start position)."""
+
+    tokens: list[int]
+    prefill: list[tuple[int, int]]  # forwards on the prompt
+    decode: list[tuple[int, int]]  # forwards on an emitted token
+    forwards: int  # every forward started (an aborted one included)
+    extra: dict[str, Any] = field(default_factory=dict)  # the adapter's own fields of its record type
+
+
+class AdapterSession(Generic[R]):
+    """The Session protocol's generate for an adapter: subclasses set `model` and `record` (RunRecord, or a
+    subclass whose further fields come from Measured.extra) and implement `_generate`."""
+
+    model: Any
+    record: type[R]
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        cancel: Any = None,
+        stop_tokens: Iterable[int] = (),
+        sampler: Callable[[np.ndarray], int] | None = None,
+        on_token: Callable[[int], object] | None = None,
+    ) -> R:
+        config = self.model.config
+        ids, stops, cancel = generate_arguments(
+            prompt,
+            max_tokens,
+            stop_tokens,
+            cancel,
+            sampler,
+            vocab=config.vocab_size,
+            positions=config.max_position_embeddings,
+        )
+        polls_before = cancel.polls
+        seen = self._generate(GenerateCall(ids, int(max_tokens), stops, cancel, sampler, on_token))
+        record = run_record(
+            seen.tokens,
+            seen.prefill,
+            seen.decode,
+            forwards=seen.forwards,
+            polls=cancel.polls - polls_before,
+            prompt_len=len(ids),
+            stops=stops,
+            max_tokens=int(max_tokens),
+        )
+        return self.record(**asdict(record), **seen.extra)
+
+    def _generate(self, call: GenerateCall) -> Measured:
+        raise NotImplementedError

@@ -26,7 +26,7 @@ import copy
 import hashlib
 import os
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -38,7 +38,7 @@ import transformers
 from transformers.generation.streamers import BaseStreamer
 
 from falsify.engines.adapters import reference_tiny
-from falsify.engines.adapters.generate import generate_arguments, run_record, token_ids
+from falsify.engines.adapters.generate import AdapterSession, GenerateCall, Measured, token_ids
 from falsify.engines.cancel import HarnessCancel
 from falsify.engines.prefill import SteppedPrefill
 from falsify.engines.protocol import RunRecord
@@ -291,40 +291,24 @@ class _Emitted(BaseStreamer):
         pass
 
 
-class HFSession:
+class HFSession(AdapterSession[RunRecord]):
     """`model.generate` behind the Session protocol. Each call starts from an empty cache (no prefix reuse)."""
+
+    record = RunRecord
 
     def __init__(self, model: HFModel) -> None:
         self.model = model
 
-    def generate(
-        self,
-        prompt: Sequence[int],
-        max_tokens: int,
-        cancel: Any = None,
-        stop_tokens: Iterable[int] = (),
-        sampler: Callable[[np.ndarray], int] | None = None,
-        on_token: Callable[[int], object] | None = None,
-    ) -> RunRecord:  # measured around model.generate
-        ids, stops, cancel = generate_arguments(
-            prompt,
-            max_tokens,  # HF generate needs max_new_tokens >= 1
-            stop_tokens,
-            cancel,
-            sampler,
-            vocab=self.model.config.vocab_size,
-            positions=self.model.config.max_position_embeddings,
-        )
-
+    def _generate(self, call: GenerateCall) -> Measured:  # measured around model.generate
+        ids, stops = call.prompt, call.stops
         config = transformers.GenerationConfig(
             do_sample=False,
             num_beams=1,
-            max_new_tokens=int(max_tokens),
+            max_new_tokens=call.max_tokens,  # HF generate needs max_new_tokens >= 1
             eos_token_id=stops or None,
             pad_token_id=stops[0] if stops else 0,
         )
-        meter, streamer = _ForwardMeter(getattr(self.model, "record", None)), _Emitted(on_token)
-        polls_before = cancel.polls
+        meter, streamer = _ForwardMeter(getattr(self.model, "record", None)), _Emitted(call.on_token)
         hook = self.model.hf.register_forward_pre_hook(meter, with_kwargs=True)
         try:
             with torch.no_grad():
@@ -332,9 +316,9 @@ class HFSession:
                     input_ids=torch.tensor([ids], dtype=torch.long),
                     attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
                     generation_config=config,
-                    stopping_criteria=transformers.StoppingCriteriaList([_CancelCriterion(cancel)]),
+                    stopping_criteria=transformers.StoppingCriteriaList([_CancelCriterion(call.cancel)]),
                     logits_processor=transformers.LogitsProcessorList(
-                        [] if sampler is None else [_Sampled(sampler)]
+                        [] if call.sampler is None else [_Sampled(call.sampler)]
                     ),
                     streamer=streamer,
                 )
@@ -347,16 +331,7 @@ class HFSession:
         if len(prefill) + len(decode) != len(meter.calls):
             raise RuntimeError(f"HF generate made forward calls the adapter cannot classify: {meter.calls}")
         # every forward's logits go through token selection; one that produced no token in the output was wasted
-        return run_record(
-            tokens,
-            prefill,
-            decode,
-            forwards=len(meter.calls),
-            polls=cancel.polls - polls_before,
-            prompt_len=len(ids),
-            stops=stops,
-            max_tokens=max_tokens,
-        )
+        return Measured(tokens, prefill, decode, forwards=len(meter.calls))
 
 
 # -- stepped prefill ----------------------------------------------------------------------------------------

@@ -36,8 +36,8 @@ import hashlib
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ import llama_cpp.llama_cpp as C
 import numpy as np
 
 from falsify.engines.adapters import reference_tiny
-from falsify.engines.adapters.generate import generate_arguments, run_record, token_ids
+from falsify.engines.adapters.generate import AdapterSession, GenerateCall, Measured, token_ids
 from falsify.engines.cancel import HarnessCancel
 from falsify.engines.prefill import SteppedPrefill
 from falsify.engines.protocol import RunRecord
@@ -347,33 +347,18 @@ class LlamaCppRun(RunRecord):
     kept_after_abort: int = -1  # positions llama.cpp's sequence held right after the aborted decode
 
 
-class LlamaCppSession:
+class LlamaCppSession(AdapterSession[LlamaCppRun]):
     """`Llama.generate` behind the Session protocol. Each call starts from a fresh state (no prefix reuse)."""
+
+    record = LlamaCppRun
 
     def __init__(self, model: Any, abort_callback: bool = False) -> None:
         self.model = model  # an LlamaCppModel, or a harness proxy around one
         self.abort_callback = abort_callback
 
-    def generate(
-        self,
-        prompt: Sequence[int],
-        max_tokens: int,
-        cancel: Any = None,
-        stop_tokens: Iterable[int] = (),
-        sampler: Callable[[np.ndarray], int] | None = None,
-        on_token: Callable[[int], object] | None = None,
-    ) -> LlamaCppRun:
+    def _generate(self, call: GenerateCall) -> Measured:
         vocab = self.model.config.vocab_size
-        ids, stop_list, cancel = generate_arguments(
-            prompt,
-            max_tokens,
-            stop_tokens,
-            cancel,
-            sampler,
-            vocab=vocab,
-            positions=self.model.config.max_position_embeddings,  # n_ctx
-        )
-        stops = set(stop_list)
+        ids, stops, cancel, on_token = call.prompt, set(call.stops), call.cancel, call.on_token
 
         llama = self.model.llama
         state = self.model.new_state()
@@ -395,7 +380,6 @@ class LlamaCppSession:
             llama._requires_eval = False
 
         tokens: list[int] = []
-        polls_before = cancel.polls
         aborted = 0
         kept_after_abort = -1
         abort_cb = None
@@ -408,7 +392,9 @@ class LlamaCppSession:
             stopping = None
             if not self.abort_callback:
                 stopping = llama_cpp.StoppingCriteriaList([lambda _ids, _logits: bool(cancel.is_cancelled())])
-            processors = None if sampler is None else llama_cpp.LogitsProcessorList([_only(sampler, vocab)])
+            processors = (
+                None if call.sampler is None else llama_cpp.LogitsProcessorList([_only(call.sampler, vocab)])
+            )
             loop = llama.generate(
                 ids,
                 temp=0.0,
@@ -422,7 +408,7 @@ class LlamaCppSession:
                     tokens.append(int(token))
                     if on_token is not None:
                         on_token(int(token))
-                    if int(token) in stops or len(tokens) >= max_tokens:
+                    if int(token) in stops or len(tokens) >= call.max_tokens:
                         break
             except DecodeAborted as exc:
                 aborted += 1
@@ -436,21 +422,8 @@ class LlamaCppSession:
         prefill = [c for c in calls if c[1] < len(ids)]
         decode = [c for c in calls if c[1] >= len(ids)]
         # an aborted decode was started and its work thrown away: it counts as a forward that produced nothing
-        record = run_record(
-            tokens,
-            prefill,
-            decode,
-            forwards=len(calls),
-            polls=cancel.polls - polls_before,
-            prompt_len=len(ids),
-            stops=stops,
-            max_tokens=max_tokens,
-        )
-        return LlamaCppRun(
-            **asdict(record),
-            aborted_decodes=aborted,
-            kept_after_abort=kept_after_abort,
-        )
+        extra = {"aborted_decodes": aborted, "kept_after_abort": kept_after_abort}
+        return Measured(tokens, prefill, decode, forwards=len(calls), extra=extra)
 
 
 def _only(sampler: Callable[[np.ndarray], int], vocab: int) -> Callable[[Any, np.ndarray], np.ndarray]:
