@@ -1,6 +1,6 @@
 """The package's folders follow the data flow, and nothing below imports from above (falsify/__init__.py); the
-harness never imports the reference engine (its own distribution, packaging/reference); no import circles. All
-static: the files are parsed, never imported."""
+harness never imports the reference engine (its own distribution, packaging/reference); no import circles; no
+module over MAX_LINES lines. All static: the files are parsed, never imported."""
 
 from __future__ import annotations
 
@@ -164,3 +164,16 @@ def test_no_import_circles_in_falsify() -> None:
     assert not found, "import circles (each a set of modules that import each other): " + "; ".join(
         " <-> ".join(c) for c in found
     )
+
+
+MAX_LINES = 600  # the hard ceiling (issue 29); STYLE.md: past ~400 lines a module is usually two concepts
+
+
+@pytest.mark.parametrize("folder", ["falsify", "reference"])
+def test_no_module_over_the_line_ceiling(folder: str) -> None:
+    over = [
+        f"{path.relative_to(ROOT)}: {n} lines"
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    ]
+    assert not over, f"modules over {MAX_LINES} lines (split each by concern): " + ", ".join(over)
