@@ -14,6 +14,7 @@ from typing import Any
 
 LAYER_TYPES = ("linear_attention", "full_attention")
 DEFAULT_CHUNK_SIZE = 64  # tokens per forward step; HF's torch_chunk_gated_delta_rule chunk is 64 as well
+MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB
 
 
 class ConfigError(ValueError):
@@ -66,11 +67,23 @@ class Config:
     @classmethod
     def from_file(cls, path: str | Path) -> Config:
         path = Path(path)
+        if path.exists() and not path.is_file():  # a FIFO would block the read, /dev/zero never end it
+            raise ConfigError(f"{path}: not a regular file")
         try:
-            raw = json.loads(path.read_text())
+            with path.open("rb") as f:
+                data = f.read(MAX_CONFIG_BYTES + 1)
         except FileNotFoundError:
             raise ConfigError(f"{path}: no config.json") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except OSError as e:
+            raise ConfigError(f"{path}: not readable JSON ({e})") from None
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: over {MAX_CONFIG_BYTES} bytes; not a config.json")
+        try:
+            raw = json.loads(data.decode())
+        except (
+            ValueError,
+            RecursionError,
+        ) as e:  # UnicodeDecodeError, JSONDecodeError, ints past 4,300 digits
             raise ConfigError(f"{path}: not readable JSON ({e})") from None
         return cls.from_dict(raw, source=str(path))
 

@@ -22,6 +22,7 @@ input instead (`weights.ColumnsPermuted`), which is the same sum.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import tempfile
@@ -265,35 +266,59 @@ def _write_metadata(w: Any, c: Config, name: str, weights: str) -> None:
 
 def read_config(path: Path) -> Config:
     """The model's Config from a qwen35 GGUF's metadata (as transformers' config.json would say it)."""
+    return _config(_reader(path), path)
+
+
+def _reader(path: Path) -> Any:
+    """gguf-py's reader over a regular file. A header it cannot parse (a count, length or offset past the end of
+    the file, an unknown type) is a WeightsError naming the file, and so are two tensors sharing data bytes."""
     from gguf import GGUFReader
 
+    if path.exists() and not path.is_file():  # a FIFO would block the open
+        raise WeightsError(f"{path}: not a regular file")
     try:
         reader = GGUFReader(path)
-    except (OSError, ValueError) as e:
-        raise WeightsError(f"{path}: not a readable GGUF file ({e})") from None
-    return _config(reader, path)
+    except (OSError, ValueError, IndexError, KeyError, OverflowError, TypeError) as e:
+        raise WeightsError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
+    spans = sorted((int(t.data_offset), int(t.data_offset) + int(t.n_bytes), t.name) for t in reader.tensors)
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        if start < end:
+            raise WeightsError(f"{path}: tensors {first!r} and {second!r} overlap in the file's data")
+    return reader
 
 
-def _field(reader: Any, path: Path, key: str, default: Any = None) -> Any:
+def _field(reader: Any, path: Path, key: str, default: Any = None, kind: type = int) -> Any:
+    """A metadata value of `kind` (a list of them for an array key); a WeightsError naming the key otherwise."""
     field = reader.fields.get(key)
     if field is None:
         if default is None:
             raise WeightsError(f"{path}: GGUF metadata key {key!r} is missing")
         return default
-    value = field.contents()
-    return value.decode() if isinstance(value, bytes) else value
+    try:
+        value = field.contents()
+        value = value.decode() if isinstance(value, bytes) else value
+    except (ValueError, IndexError) as e:  # a string that is not UTF-8, an array cut short
+        raise WeightsError(f"{path}: GGUF metadata key {key!r} cannot be read ({type(e).__name__})") from None
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(v, kind) and not (kind is int and isinstance(v, bool)) for v in items):
+        raise WeightsError(f"{path}: GGUF metadata key {key!r} is {value!r:.80}, expected {kind.__name__}")
+    return value
 
 
 def _config(reader: Any, path: Path) -> Config:
-    arch = _field(reader, path, "general.architecture")
+    arch = _field(reader, path, "general.architecture", kind=str)
     if arch != ARCH:
         raise WeightsError(f"{path}: general.architecture is {arch!r}; the reference runs {ARCH!r} only")
 
-    def key(k: str, default: Any = None) -> Any:
-        return _field(reader, path, f"{ARCH}.{k}", default)
+    def key(k: str, default: Any = None, kind: type = int) -> Any:
+        return _field(reader, path, f"{ARCH}.{k}", default, kind)
 
     n_layer = int(key("block_count")) - int(key("nextn_predict_layers", 0))
-    recurrent = key("attention.recurrent_layers", [])
+    if (
+        not 0 < n_layer <= path.stat().st_size
+    ):  # a layer needs bytes of weights: 2**60 layers is no GGUF's count
+        raise WeightsError(f"{path}: GGUF metadata key 'qwen35.block_count' gives {n_layer} layers")
+    recurrent = key("attention.recurrent_layers", [], bool)
     if recurrent:
         layer_types = ["linear_attention" if r else "full_attention" for r in recurrent[:n_layer]]
     else:
@@ -301,11 +326,15 @@ def _config(reader: Any, path: Path) -> Config:
         layer_types = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(n_layer)]
     head_kv = key("attention.head_count_kv")
     if isinstance(head_kv, list):  # a per-layer array: take the attention layers' value
-        head_kv = max(head_kv)
+        head_kv = max(head_kv, default=0)
     head_dim = int(key("attention.key_length"))
     names = {t.name: t for t in reader.tensors}
     if "token_embd.weight" not in names:
         raise WeightsError(f"{path}: tensor 'token_embd.weight' is missing")
+    if len(names["token_embd.weight"].shape) != 2:
+        raise WeightsError(
+            f"{path}: tensor 'token_embd.weight' has {len(names['token_embd.weight'].shape)} dims, not 2"
+        )
     n_v = int(key("ssm.time_step_rank"))
     raw = {
         "model_type": "qwen3_5_text",
@@ -319,16 +348,16 @@ def _config(reader: Any, path: Path) -> Config:
         "head_dim": head_dim,
         "linear_conv_kernel_dim": int(key("ssm.conv_kernel")),
         "linear_key_head_dim": int(key("ssm.state_size")),
-        "linear_value_head_dim": int(key("ssm.inner_size")) // n_v,
+        "linear_value_head_dim": int(key("ssm.inner_size")) // n_v if n_v else 0,  # 0: Config names the key
         "linear_num_key_heads": int(key("ssm.group_count")),
         "linear_num_value_heads": n_v,
         # GGUF keeps it as float32: read back the shortest decimal that rounds to it (1e-06, as config.json says)
-        "rms_norm_eps": float(str(np.float32(key("attention.layer_norm_rms_epsilon")))),
+        "rms_norm_eps": float(str(np.float32(key("attention.layer_norm_rms_epsilon", kind=float)))),
         "max_position_embeddings": int(key("context_length")),
         "rope_parameters": {
             "rope_type": "default",
-            "rope_theta": float(key("rope.freq_base", 10000.0)),
-            "partial_rotary_factor": int(key("rope.dimension_count")) / head_dim,
+            "rope_theta": float(key("rope.freq_base", 10000.0, float)),
+            "partial_rotary_factor": int(key("rope.dimension_count")) / head_dim if head_dim else 0.0,
         },
         "tie_word_embeddings": "output.weight" not in names,
     }
@@ -341,14 +370,11 @@ def read_gguf(path: str | Path, keep_q4k: bool = True) -> tuple[Config, dict[str
     F32 and F16 tensors come back as float32; Q4_K tensors as StoredQ4K (keep_q4k) or dequantized; any other
     ggml type is dequantized by gguf-py. Missing, misshapen or non-finite tensors, and tensors of a type gguf-py
     cannot dequantize (F64, integers), raise WeightsError."""
-    from gguf import GGMLQuantizationType, GGUFReader
+    from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
     path = Path(path)
-    try:
-        reader = GGUFReader(path)
-    except (OSError, ValueError) as e:
-        raise WeightsError(f"{path}: not a readable GGUF file ({e})") from None
+    reader = _reader(path)
     config = _config(reader, path)
     shapes = expected_shapes(config)
     if not config.tie_word_embeddings:

@@ -220,8 +220,12 @@ def read_tensors(path: Path, config: Config) -> dict[str, np.ndarray]:
     if not files:
         raise WeightsError(f"{path}: no *.safetensors file")
     expected = expected_shapes(config)
+    if not config.tie_word_embeddings:  # tied: a stored lm_head is ignored (as HF does), whatever its shape
+        expected["lm_head.weight"] = (config.vocab_size, config.hidden_size)
     tensors: dict[str, np.ndarray] = {}
     for file in files:
+        if file.exists() and not file.is_file():  # a FIFO would block the open
+            raise WeightsError(f"{file}: not a regular file")
         try:
             with safe_open(str(file), framework="numpy") as f:
                 for key in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
@@ -240,6 +244,13 @@ def read_tensors(path: Path, config: Config) -> dict[str, np.ndarray]:
                     if dtype not in DTYPES:
                         raise WeightsError(
                             f"{file}: tensor {key!r} has dtype {dtype}; supported: {sorted(DTYPES)}"
+                        )
+                    shape = tuple(f.get_slice(key).get_shape())
+                    if (
+                        name in expected and shape != expected[name]
+                    ):  # before a byte is read: a huge one never is
+                        raise WeightsError(
+                            f"{file}: tensor {name!r} has shape {list(shape)}, expected {list(expected[name])}"
                         )
                     tensors[name] = np.asarray(f.get_tensor(key), dtype=np.float32)
         except SafetensorError as e:
@@ -261,10 +272,6 @@ def load_weights(path: Path, config: Config, weights: str = "q4_k") -> Weights:
     for name, shape in expected.items():
         if name not in tensors:
             raise WeightsError(f"{path}: missing tensor {name!r} (expected shape {list(shape)})")
-        if tensors[name].shape != shape:
-            raise WeightsError(
-                f"{path}: tensor {name!r} has shape {list(tensors[name].shape)}, expected {list(shape)}"
-            )
         if not np.isfinite(tensors[name]).all():
             raise WeightsError(f"{path}: tensor {name!r} holds NaN or inf")
     return assemble(tensors, config, weights)

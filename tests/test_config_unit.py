@@ -7,12 +7,13 @@ Defaults are checked against the values transformers documents for Qwen3_5TextCo
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from reference.config import DEFAULT_CHUNK_SIZE, LAYER_TYPES, Config, ConfigError
+from reference.config import DEFAULT_CHUNK_SIZE, LAYER_TYPES, MAX_CONFIG_BYTES, Config, ConfigError
 from reference.tiny import TINY_CONFIG
 
 # the keys a Qwen3.5 config.json must carry; everything else has a default
@@ -272,5 +273,29 @@ class TestFromFile:
             Config.from_file(self.write(tmp_path, b"\xff\xfe{"))
         with pytest.raises(ConfigError, match=r"config\.json: not readable JSON \(Expecting"):
             Config.from_file(self.write(tmp_path, "{nope"))
-        with pytest.raises(ConfigError, match=r": not readable JSON \("):
+        with pytest.raises(ConfigError, match=r"^.*: not a regular file$"):
             Config.from_file(tmp_path)  # a directory
+
+    def test_hostile_files_are_named_without_hanging(self, tmp_path: Path) -> None:
+        fifo = tmp_path / "fifo.json"
+        os.mkfifo(fifo)
+        with pytest.raises(ConfigError, match=r"^.*fifo\.json: not a regular file$"):
+            Config.from_file(fifo)  # open() would block until a writer came
+        with pytest.raises(ConfigError, match=r"^/dev/zero: not a regular file$"):
+            Config.from_file("/dev/zero")
+        big = self.write(tmp_path, b" " * (MAX_CONFIG_BYTES + 1))
+        with pytest.raises(
+            ConfigError, match=rf"^.*config\.json: over {MAX_CONFIG_BYTES} bytes; not a config\.json$"
+        ):
+            Config.from_file(big)
+        with pytest.raises(ConfigError, match=r"not readable JSON \(Expecting value"):
+            Config.from_file(
+                self.write(tmp_path, b" " * MAX_CONFIG_BYTES)
+            )  # exactly the limit: read, then parsed
+        with pytest.raises(ConfigError, match=r"config\.json: not readable JSON \(Exceeds the limit"):
+            Config.from_file(self.write(tmp_path, '{"hidden_size": ' + "9" * 5000 + "}"))
+        with pytest.raises(ConfigError, match=r"config\.json: not readable JSON \(maximum recursion depth"):
+            Config.from_file(self.write(tmp_path, "[" * 100_000 + "]" * 100_000))
+        (tmp_path / "dangling.json").symlink_to(tmp_path / "absent")
+        with pytest.raises(ConfigError, match=r"^.*dangling\.json: no config\.json$"):
+            Config.from_file(tmp_path / "dangling.json")

@@ -9,6 +9,7 @@ give back what the checkpoint's config.json says. Tensor files are our f32/q4_k 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import struct
@@ -51,7 +52,7 @@ def tiny_config() -> Config:
 def _vtype(value: Any) -> tuple[Any, Any]:
     """gguf-py's value type (and array element type) for a JSON value of the golden metadata."""
     if isinstance(value, list):
-        return V.ARRAY, V.BOOL if isinstance(value[0], bool) else V.INT32
+        return V.ARRAY, V.BOOL if value and isinstance(value[0], bool) else V.INT32
     if isinstance(value, bool):
         return V.BOOL, None
     if isinstance(value, int):
@@ -60,7 +61,7 @@ def _vtype(value: Any) -> tuple[Any, Any]:
 
 
 def meta_gguf(
-    path: Path, *, drop: tuple[str, ...] = (), embd: tuple[int, int] | None = (512, 256), **set_: Any
+    path: Path, *, drop: tuple[str, ...] = (), embd: tuple[int, ...] | None = (512, 256), **set_: Any
 ) -> Path:
     """A GGUF holding llama.cpp's converter's metadata for the tiny checkpoint, `drop`ped keys removed and
     `set_` keys (qwen35.<k> with '.' spelt '__') changed, and zero token_embd and output tensors of `embd` = (vocab, hidden)."""
@@ -417,3 +418,126 @@ def test_stored_q4k_rows_keep_their_width(tmp_path: Path) -> None:
     for name in ("layers.0.linear_attn.in_proj_z.weight", "layers.3.self_attn.q_proj.weight"):
         s = back[name]
         assert isinstance(s, StoredQ4K) and s.cols == 256 and s.q.shape[1] == BLOCK, name
+
+
+# -- hostile files (issue #27): each a WeightsError or ConfigError naming the file and the field -----------------
+
+
+def test_a_fifo_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    fifo = tmp_path / "m.gguf"
+    os.mkfifo(fifo)  # opening it would block until a writer came
+    for read in (read_config, read_gguf):
+        with pytest.raises(WeightsError) as e:
+            read(fifo)
+        assert str(e.value) == f"{fifo}: not a regular file"
+
+
+@pytest.mark.parametrize(
+    ("header", "error"),
+    [
+        (struct.pack("<IQQ", 3, 0, 2**60), "IndexError"),  # 2**60 metadata keys
+        (struct.pack("<IQQ", 3, 2**60, 0), "IndexError"),  # 2**60 tensors
+        (struct.pack("<IQQQ", 3, 0, 1, 2**60) + b"abc", "IndexError"),  # a key of 2**60 bytes
+    ],
+    ids=["keys", "tensors", "key-length"],
+)
+def test_counts_and_lengths_past_the_file_are_named(tmp_path: Path, header: bytes, error: str) -> None:
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF" + header)
+    with pytest.raises(WeightsError, match=re.escape(f"{path}: not a readable GGUF file ({error}: ")):
+        read_gguf(path)
+
+
+def test_a_truncated_metadata_section_is_named(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf")
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(WeightsError, match=re.escape(f"{path}: not a readable GGUF file (ValueError: ")):
+        read_config(path)
+
+
+def _offset_at(path: Path, tensor: str) -> int:
+    """The file position of `tensor`'s data-offset field in the tensor-info section."""
+    reader = gguf.GGUFReader(path)
+    t = next(t for t in reader.tensors if t.name == tensor)
+    return int(t.field.parts[-1].__array_interface__["data"][0] - reader.data.__array_interface__["data"][0])
+
+
+def test_two_tensors_sharing_data_are_refused(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf")
+    data = bytearray(path.read_bytes())
+    at = _offset_at(path, "output.weight")
+    data[at : at + 8] = struct.pack("<Q", 0)  # output.weight's data offset: token_embd.weight's own
+    path.write_bytes(bytes(data))
+    with pytest.raises(WeightsError) as e:
+        read_config(path)
+    assert (
+        str(e.value) == f"{path}: tensors 'output.weight' and 'token_embd.weight' overlap in the file's data"
+    )
+
+
+def test_adjacent_tensors_do_not_overlap(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf", embd=(32, 8))  # 1,024 bytes each: the second starts where one ends
+    reader = gguf.GGUFReader(path)
+    spans = sorted((int(t.data_offset), int(t.n_bytes)) for t in reader.tensors)
+    assert spans[0][0] + spans[0][1] == spans[1][0]
+    assert read_config(path).vocab_size == 32  # ggml lists dims fastest first: (32, 8) is stored as [8, 32]
+
+
+def test_an_architecture_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf")
+    data = path.read_bytes()
+    at = data.index(b"general.architecture") + len(b"general.architecture") + 4 + 8  # type, length
+    path.write_bytes(data[:at] + b"\xff\xfe" + data[at + 2 :])
+    with pytest.raises(WeightsError) as e:
+        read_config(path)
+    assert (
+        str(e.value)
+        == f"{path}: GGUF metadata key 'general.architecture' cannot be read (UnicodeDecodeError)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("set_", "message"),
+    [
+        ({"block_count": "four"}, "GGUF metadata key 'qwen35.block_count' is 'four', expected int"),
+        ({"block_count": True}, "GGUF metadata key 'qwen35.block_count' is True, expected int"),
+        (
+            {"attention__recurrent_layers": [1, 1, 1, 0]},
+            "'qwen35.attention.recurrent_layers' is [1, 1, 1, 0], expected bool",
+        ),
+        (
+            {"attention__layer_norm_rms_epsilon": 1},
+            "'qwen35.attention.layer_norm_rms_epsilon' is 1, expected float",
+        ),
+        ({"rope__freq_base": 10000}, "GGUF metadata key 'qwen35.rope.freq_base' is 10000, expected float"),
+        ({"block_count": 0}, "GGUF metadata key 'qwen35.block_count' gives 0 layers"),
+        ({"block_count": 4_000_000_000}, "GGUF metadata key 'qwen35.block_count' gives 4000000000 layers"),
+    ],
+)
+def test_a_metadata_value_of_the_wrong_kind_or_size_is_named(
+    tmp_path: Path, set_: dict, message: str
+) -> None:
+    path = meta_gguf(tmp_path / "m.gguf", **set_)
+    with pytest.raises(WeightsError) as e:
+        read_config(path)
+    assert str(e.value).startswith(f"{path}: ") and str(e.value).endswith(message), str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("set_", "key"),
+    [
+        ({"attention__key_length": 0}, "head_dim"),
+        ({"ssm__time_step_rank": 0}, "linear_value_head_dim"),
+    ],
+)
+def test_a_zero_divisor_is_a_config_error_not_a_zero_division(tmp_path: Path, set_: dict, key: str) -> None:
+    path = meta_gguf(tmp_path / "m.gguf", **set_)
+    with pytest.raises(ConfigError, match=re.escape(f"{path}: key '{key}' is 0, expected > 0")):
+        read_config(path)
+
+
+def test_a_one_dim_token_embedding_is_named(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf", embd=(512,))
+    with pytest.raises(WeightsError) as e:
+        read_config(path)
+    assert str(e.value) == f"{path}: tensor 'token_embd.weight' has 1 dims, not 2"

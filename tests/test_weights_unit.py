@@ -6,6 +6,7 @@ with the safetensors file they came from.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -194,9 +195,41 @@ class TestReadTensors:
         assert read_tensors(tmp_path, CONFIG).keys() == stored.keys()
 
     def test_unreadable_file(self, tmp_path: Path) -> None:
-        (tmp_path / "model.safetensors").mkdir()
+        (tmp_path / "model.safetensors").symlink_to(tmp_path / "absent")
         with pytest.raises(WeightsError, match=r"^.*model\.safetensors: cannot read \(.+\)$"):
+            read_tensors(tmp_path / "model.safetensors", CONFIG)
+
+    def test_not_a_regular_file(self, tmp_path: Path) -> None:
+        (tmp_path / "model.safetensors").mkdir()
+        with pytest.raises(WeightsError) as e:
             read_tensors(tmp_path, CONFIG)
+        assert str(e.value) == f"{tmp_path / 'model.safetensors'}: not a regular file"
+        os.mkfifo(tmp_path / "fifo.safetensors")  # open() would block until a writer came
+        with pytest.raises(WeightsError) as e:
+            read_tensors(tmp_path / "fifo.safetensors", CONFIG)
+        assert str(e.value) == f"{tmp_path / 'fifo.safetensors'}: not a regular file"
+
+    def test_a_misshapen_tensor_is_refused_by_its_header(self, tmp_path: Path, stored) -> None:
+        tensors = {"model." + k: v for k, v in stored.items()}
+        tensors["model.norm.weight"] = np.zeros(255, np.float32)
+        save_file(tensors, str(tmp_path / "model.safetensors"))
+        with pytest.raises(WeightsError) as e:
+            read_tensors(tmp_path, CONFIG)
+        assert str(e.value) == (
+            f"{tmp_path / 'model.safetensors'}: tensor 'norm.weight' has shape [255], expected [256]"
+        )
+
+    def test_an_untied_lm_head_is_checked_too(self, tmp_path: Path, stored) -> None:
+        raw = {**TINY_CONFIG, "tie_word_embeddings": False}
+        tensors = {"model." + k: v for k, v in stored.items()} | {
+            "lm_head.weight": np.zeros((2, 3), np.float32)
+        }
+        save_file(tensors, str(tmp_path / "model.safetensors"))
+        with pytest.raises(WeightsError) as e:
+            read_tensors(tmp_path, Config.from_dict(raw))
+        assert str(e.value) == (
+            f"{tmp_path / 'model.safetensors'}: tensor 'lm_head.weight' has shape [2, 3], expected [512, 256]"
+        )
 
     def test_no_file(self, tmp_path: Path) -> None:
         with pytest.raises(WeightsError) as e:
@@ -214,7 +247,9 @@ class TestLoadWeights:
         raw = {**TINY_CONFIG, "tie_word_embeddings": True}
         write_tiny(tmp_path, 1, raw)
         tensors = load_file(str(tmp_path / "model.safetensors"))
-        tensors["lm_head.weight"] = np.full((512, 256), np.nan, np.float16)  # HF would not read it either
+        tensors["lm_head.weight"] = np.full(
+            (3, 5), np.nan, np.float16
+        )  # HF would not read it, whatever its shape
         save_file(tensors, str(tmp_path / "model.safetensors"))
         w = load_weights(tmp_path, Config.from_dict(raw), "f32")
         assert np.array_equal(w.lm_head.dense(), tensors["model.embed_tokens.weight"].astype(np.float32))
