@@ -414,7 +414,7 @@ def read_gguf(path: str | Path, keep_q4k: bool = True) -> tuple[Config, dict[str
                 ) from None
         if not np.isfinite(values).all():
             raise WeightsError(f"{path}: tensor {gguf_name!r} holds NaN or inf")
-        out[hf_name] = _from_gguf(values, transform, config)
+        out[hf_name] = np.ascontiguousarray(_from_gguf(values, transform, config))  # v_cols: a strided copy
     return config, out
 
 

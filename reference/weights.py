@@ -30,13 +30,14 @@ class WeightsError(ValueError):
 
 
 class Dense:
-    """y = x Wᵀ with W: f32[rows, cols]."""
+    """y = x Wᵀ with W: f32[rows, cols], held C-contiguous: a transposed or strided W reaches BLAS with another
+    transpose flag, which some OpenBLAS kernels (SkylakeX) sum in another order (issue 24)."""
 
     kind = "f32"
 
     def __init__(self, w: np.ndarray) -> None:
         assert w.dtype == np.float32 and w.ndim == 2, (w.dtype, w.shape)
-        self.w = w
+        self.w = np.ascontiguousarray(w)
         self.rows, self.cols = w.shape
 
     def __call__(self, x: np.ndarray) -> np.ndarray:  # [n, cols] -> [n, rows]
@@ -252,7 +253,7 @@ def read_tensors(path: Path, config: Config) -> dict[str, np.ndarray]:
                         raise WeightsError(
                             f"{file}: tensor {name!r} has shape {list(shape)}, expected {list(expected[name])}"
                         )
-                    tensors[name] = np.asarray(f.get_tensor(key), dtype=np.float32)
+                    tensors[name] = np.ascontiguousarray(f.get_tensor(key), dtype=np.float32)
         except SafetensorError as e:
             raise WeightsError(f"{file}: not a readable safetensors file ({e})") from None
         except OSError as e:

@@ -84,6 +84,16 @@ class TestDense:
         assert (part.rows, part.cols) == (3, 10) and np.shares_memory(part.w, w)
         assert np.array_equal(part.dense(), w[2:5])
 
+    def test_holds_w_c_contiguous_whatever_layout_it_came_in(self) -> None:
+        """A transposed W reaches BLAS with the other transpose flag, which OpenBLAS's SkylakeX kernels sum in
+        another order (issue 24): Dense keeps its own C-contiguous copy, so both layouts give the same bytes."""
+        w, x = normal(10, 6).T, normal(3, 10, seed=1)  # W: f32[6, 10], Fortran order
+        d = Dense(w)
+        assert not w.flags.c_contiguous and d.w.flags.c_contiguous and np.array_equal(d.w, w)
+        same = Dense(np.ascontiguousarray(w))
+        assert d(x).tobytes() == same(x).tobytes()
+        assert d.row_slice(1, 4).w.flags.c_contiguous
+
     @pytest.mark.parametrize("w", [np.zeros(4, np.float32), np.zeros((2, 4)), np.zeros((2, 4), np.float16)])
     def test_only_2d_float32(self, w: np.ndarray) -> None:
         with pytest.raises(AssertionError):
@@ -159,6 +169,7 @@ class TestReadTensors:
         got = read_tensors(ckpt / "model.safetensors", CONFIG)
         assert got.keys() == stored.keys()
         assert all(got[k].dtype == np.float32 and np.array_equal(got[k], stored[k]) for k in got)
+        assert all(got[k].flags.c_contiguous for k in got)  # the layout BLAS sees does not depend on the file
 
     def test_ignored_tensors_do_not_hide_later_ones(self, tmp_path: Path, stored) -> None:
         tensors = {"model." + k: v for k, v in stored.items()}
