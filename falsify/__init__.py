@@ -24,7 +24,7 @@ from falsify.errors import (
     FormulaError,
     ObservationError,
 )
-from falsify.harness.checks import check, corner_examples, corners, strategies
+from falsify.harness.checks import cannot_show, check, corner_examples, corners, strategies
 from falsify.harness.instruments import CountingCancel, CountingModel, Forward
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "FormulaError",
     "Forward",
     "ObservationError",
+    "cannot_show",
     "check",
     "corner_examples",
     "corners",

@@ -711,6 +711,35 @@ def test_go_needs_every_applicable_prediction_proven_or_excused() -> None:
     assert none["decision"] == "NO-GO" and "no mutant run" in none["reasons"][0]
 
 
+def test_a_mutant_this_machine_cannot_show_is_excused_only_beside_its_not_applicable_prediction() -> None:
+    """A CANNOT SHOW mutant (statusReason "cannot be shown on this machine: P3") is not a failed kill when P3 is
+    NOT APPLICABLE in the same run, and the summary counts it; when P3 ran (PASS) it is a mutant not killed."""
+    from falsify.evidence.verdict import decide
+
+    clean = {"tests": 3, "failures": 0, "errors": 0, "skipped": 0}
+    ran = {
+        "run": True,
+        "declared": ["m1", "m2"],
+        "results": [
+            {"id": "m1", "status": "Killed"},
+            {"id": "m2", "status": "Ignored", "cannotShowPredictions": ["P3"]},
+        ],
+    }
+    here = {"outcome": "NOT APPLICABLE", "proven": "CANNOT SHOW", "because": None}
+    proofs = {"P1": {"outcome": "PASS", "proven": "PROVEN", "because": None}, "P3": here}
+    go = decide(["PASS", "NOT APPLICABLE"], clean, ran, proofs)
+    assert go["decision"] == "GO", go["reasons"]
+    assert "; 1 of 1 proven, 1 cannot be shown on this machine;" in go["summary"]
+    assert go["summary"].endswith("1 of 2 mutants killed, 1 cannot be shown on this machine")
+    assert go["proof"]["cannotShow"] == ["P3"] and go["mutants"]["cannotShow"] == ["m2"]
+    ran_here = {**proofs, "P3": {**here, "outcome": "PASS"}}
+    nogo = decide(["PASS", "PASS"], clean, ran, ran_here)
+    assert "1 of 2 mutants not killed: m2 (Ignored)" in nogo["reasons"]
+    assert (
+        decide(["PASS", "NOT APPLICABLE"], clean, ran)["decision"] == "NO-GO"
+    )  # no proofs: nothing to excuse it
+
+
 def test_evidence_is_no_go_when_a_mutant_file_is_deleted(copy: Path) -> None:
     """Done-when of issue 12: a scratch copy with one mutant file (and its listing) removed is NO-GO, naming the
     prediction no mutant proves any more. The real gate and mutant runner run on the tiny project."""

@@ -137,3 +137,27 @@ def test_kill_matrix_and_verdict_state_their_denominators(tmp_path: Path) -> Non
         "5 mutants: 1 killed, 1 survived, 1 stale, 1 timeout, 1 error (1 not by every listed prediction); "
         "killed 2 of 3 applied"
     ) in text
+
+
+def test_a_mutant_this_machine_cannot_show_is_counted_apart_and_passes(tmp_path: Path) -> None:
+    """CANNOT SHOW (every prediction it kills NOT APPLICABLE on this machine, falsify.cannot_show): not a failure,
+    not among the applied ones, reported Ignored with its predictions on statusReason's first line."""
+    run = _run(tmp_path)
+    run.results = [
+        run.results[0],
+        MutantResult(
+            _mutant("unpinned", ("P-009",)),
+            MutantOutcome.CANNOT_SHOW,
+            detail="cannot be shown on this machine: P-009\nP-009 cannot be shown on this machine: no change",
+        ),
+    ]
+    text, ok = report.verdict(run)
+    assert ok, text
+    assert "2 mutants: 1 killed, 0 survived, 0 stale, 0 timeout, 0 error, 1 cannot show (1 not by" in text
+    assert "killed 1 of 1 applied" in text
+    data = report.to_stryker(run)
+    jsonschema.validate(data, SCHEMA)
+    entry = next(m for m in data["files"]["pkg/mod.py"]["mutants"] if m["id"] == "unpinned")
+    assert entry["status"] == "Ignored"
+    assert entry["statusReason"].splitlines()[0] == "cannot be shown on this machine: P-009"
+    assert report.cannot_show(run) == {"P-009"}

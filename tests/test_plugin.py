@@ -230,3 +230,89 @@ class Engine:
     result.stderr.fnmatch_lines(
         ["*claims capabilities it does not implement: generate lacks load_model, session*"]
     )
+
+
+CANNOT_SHOW = """\
+import falsify, pytest
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001")
+def test_forwards():
+    {before}falsify.cannot_show("FALSIFY-DEMO-001", "the control  saw nothing", changed={{"2": 0}}, runs=[1, 2])
+
+@pytest.mark.falsifies({marks})
+def test_budget():
+    falsify.check("FALSIFY-DEMO-002", emitted=3, n=4)
+"""
+
+
+def test_cannot_show_is_not_applicable_on_this_machine(project: pytest.Pytester) -> None:
+    """falsify.cannot_show: the plugin records the test NOT APPLICABLE with the reason and the control's values;
+    the results mark the prediction cannot_show (for `falsify mutants`), never PASS."""
+    from falsify.contracts.corpus import project_corpus
+    from falsify.harness.results import Outcome, per_prediction
+
+    project.makepyfile(test_demo=CANNOT_SHOW.format(before="", marks='"FALSIFY-DEMO-002"'))
+    out = project.path / "results.json"
+    result = project.runpytest("--falsify-strict", "--falsify-results", str(out), "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    reason = "FALSIFY-DEMO-001 cannot be shown on this machine: the control saw nothing"
+    result.stdout.fnmatch_lines([f"*NOT APPLICABLE: {reason}"])
+    data = json.loads(out.read_text())
+    record = data["tests"]["test_demo.py::test_forwards"]
+    assert record["outcome"] == "skipped" and record["not_applicable"] == reason
+    assert record["cannot_show"] == {"changed": {"2": 0}, "runs": [1, 2]}
+    rows = {r.id: r for r in per_prediction(project_corpus(str(project.path / "contracts")), data)}
+    assert rows["FALSIFY-DEMO-001"].outcome is Outcome.NOT_APPLICABLE and rows["FALSIFY-DEMO-001"].cannot_show
+    assert rows["FALSIFY-DEMO-001"].detail == reason
+    assert rows["FALSIFY-DEMO-002"].outcome is Outcome.PASS and not rows["FALSIFY-DEMO-002"].cannot_show
+
+
+@pytest.mark.parametrize(
+    ("before", "marks", "why"),
+    [
+        (
+            'falsify.check("FALSIFY-DEMO-001", emitted=8, decode_forwards=7); ',
+            '"FALSIFY-DEMO-002"',
+            "the test already checked it 1 time(s)",
+        ),
+        (
+            "",
+            '"FALSIFY-DEMO-001", "FALSIFY-DEMO-002"',
+            "the test is bound to FALSIFY-DEMO-001, FALSIFY-DEMO-002",
+        ),
+    ],
+)
+def test_cannot_show_is_refused_after_a_check_or_beside_another_prediction(
+    project: pytest.Pytester, before: str, marks: str, why: str
+) -> None:
+    """A falsifier cannot retreat from a check it made, nor take another prediction's test with it."""
+    source = CANNOT_SHOW.format(before=before, marks=marks)
+    if "DEMO-001" in marks:  # the one test bound to both predictions
+        source = source.replace(
+            '@pytest.mark.falsifies("FALSIFY-DEMO-001")\n', f"@pytest.mark.falsifies({marks})\n"
+        )
+        source = source.split("\n\n@pytest.mark.falsifies(" + marks + ")\ndef test_budget")[0] + "\n"
+    project.makepyfile(test_demo=source)
+    out = project.path / "results.json"
+    result = project.runpytest("--falsify-results", str(out))
+    record = json.loads(out.read_text())["tests"]["test_demo.py::test_forwards"]
+    assert record["outcome"] == "error" and "not_applicable" not in record
+    result.stdout.fnmatch_lines([f"*falsify.cannot_show('FALSIFY-DEMO-001') refused: {why}"])
+
+
+def test_cannot_show_needs_a_known_prediction_and_a_reason(project: pytest.Pytester) -> None:
+    project.makepyfile(
+        test_demo="""\
+import falsify, pytest
+from falsify.errors import ContractError
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001")
+def test_forwards():
+    with pytest.raises(ContractError, match="unknown prediction 'FALSIFY-DEMO-404'"):
+        falsify.cannot_show("FALSIFY-DEMO-404", "why")
+    with pytest.raises(ContractError, match="needs the reason"):
+        falsify.cannot_show("FALSIFY-DEMO-001", "  ")
+    falsify.check("FALSIFY-DEMO-001", emitted=8, decode_forwards=7)
+"""
+    )
+    project.runpytest().assert_outcomes(passed=1)

@@ -8,7 +8,14 @@ from pathlib import Path
 
 from falsify.contracts.corpus import load_corpus
 from falsify.harness.gate import mutant_proofs, render
-from falsify.harness.proven import Proof, proofs, red_from_stryker, stale_files, summary
+from falsify.harness.proven import (
+    Proof,
+    cannot_show_from_stryker,
+    proofs,
+    red_from_stryker,
+    stale_files,
+    summary,
+)
 from falsify.harness.results import Outcome, PredictionResult
 from falsify.project import Project
 
@@ -116,3 +123,39 @@ def test_the_gate_reads_a_current_report_and_refuses_a_stale_one(tmp_path: Path,
     stale, why = mutant_proofs(p, corpus, None)
     assert "stale (demo/loop.py changed since)" in why
     assert stale["FALSIFY-DEMO-001"].status is Proof.NOT_MEASURED
+
+
+def test_a_prediction_this_machine_cannot_show_is_not_unproven(tmp_path: Path, monkeypatch) -> None:
+    """A CANNOT SHOW mutant (its predictions' sensitivity control found nothing to see on this machine): its
+    predictions are CANNOT SHOW, counted apart from the provable ones, never PROVEN, and only after a run."""
+    monkeypatch.chdir(tmp_path)
+    p = project(tmp_path)
+    corpus = load_corpus([p.contracts, p.mutants])
+    report = stryker("Ignored", "cannot be shown on this machine: FALSIFY-DEMO-001\nthe control saw nothing")
+    assert cannot_show_from_stryker(report) == {"FALSIFY-DEMO-001"}
+    assert red_from_stryker(report) == {"limit-off": set()}
+    # another Ignored reason, or the words on another status, name nothing
+    assert cannot_show_from_stryker(stryker("Ignored", "source drifted")) == set()
+    assert (
+        cannot_show_from_stryker(stryker("Survived", "cannot be shown on this machine: FALSIFY-DEMO-001"))
+        == set()
+    )
+    proved = proofs(corpus, red_from_stryker(report), cannot_show_from_stryker(report))
+    assert {pid: pr.status for pid, pr in proved.items()} == {
+        "FALSIFY-DEMO-001": Proof.CANNOT_SHOW,
+        "FALSIFY-DEMO-002": Proof.UNPROVEN,
+        "FALSIFY-DEMO-003": Proof.EXCUSED,
+    }
+    assert proved["FALSIFY-DEMO-001"].cell == "n/a here"
+    assert summary(proved) == (
+        "0 proven of 2 provable here, 1 cannot be shown on this machine, 1 unproven with a reviewed reason, "
+        "1 UNPROVEN"
+    )
+    # killed elsewhere in the same run wins; without a run, nothing is judged
+    killed = proofs(corpus, {"limit-off": {"FALSIFY-DEMO-001"}}, {"FALSIFY-DEMO-001"})
+    assert killed["FALSIFY-DEMO-001"].status is Proof.PROVEN
+    assert proofs(corpus, None, {"FALSIFY-DEMO-001"})["FALSIFY-DEMO-001"].status is Proof.NOT_MEASURED
+    path = tmp_path / ".falsify" / "mutants" / "mutation-report.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(report), encoding="utf-8")
+    assert mutant_proofs(p, corpus, None)[0]["FALSIFY-DEMO-001"].status is Proof.CANNOT_SHOW

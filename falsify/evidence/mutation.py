@@ -15,6 +15,7 @@ from typing import Any
 from falsify.contracts.corpus import Corpus, Mutant
 from falsify.evidence.digests import canonical, scrub, sha256_bytes
 from falsify.evidence.tree import EvidenceError
+from falsify.harness.proven import cannot_show_from_stryker
 
 # Fields that differ between two runs of the same tree; dropped from the bundle's copy of the report.
 _TIMING_KEYS = ("duration", "performance", "testsCompleted", "timestamp", "startedAt", "finishedAt")
@@ -32,15 +33,19 @@ class MutantOutcome:
     # sha256 of the unified diff the mutant makes to the tree; else of the report's {file, location, replacement}
     diff_sha256: str
     killed: tuple[str, ...]  # prediction ids that turned red
+    cannot_show: tuple[
+        str, ...
+    ] = ()  # a CANNOT SHOW mutant's predictions, which this machine cannot show false
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "status": self.status,
             "file": self.file,
             "diffDigest": {"sha256": self.diff_sha256},
             "killedPredictions": list(self.killed),
         }
+        return out | ({"cannotShowPredictions": list(self.cannot_show)} if self.cannot_show else {})
 
 
 def load_report(path: Path) -> dict[str, Any]:
@@ -129,7 +134,10 @@ def outcomes(
                             killed |= {name} if name.startswith("FALSIFY-") else set(bound.get(name, []))
                     if mid in specs:  # a failing test may check several predictions: credit only the listed
                         killed &= set(specs[mid].kills)
-            out.append(MutantOutcome(mid, status, file_name, digest, tuple(sorted(killed))))
+            machine = cannot_show_from_stryker({"files": {file_name: {"mutants": [m]}}})
+            out.append(
+                MutantOutcome(mid, status, file_name, digest, tuple(sorted(killed)), tuple(sorted(machine)))
+            )
     ids = [o.id for o in out]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

@@ -154,6 +154,8 @@ def _killed(p: dict[str, Any]) -> str:
         return f"unproven (reviewed): {p.get('unprovenBecause', '')}"
     if p.get("proven") == "UNPROVEN":
         return "UNPROVEN" + (" (no mutant listed)" if not p["mutants"] else "")
+    if p.get("proven") == "CANNOT SHOW":
+        return "cannot be shown on this machine"
     if not p["mutants"]:
         return "—"
     return "not run" if all(m["status"] == "NOT RUN" for m in p["mutants"]) else "none"

@@ -168,7 +168,11 @@ def build(
         "declared": declared,
         "results": [m.as_json() for m in mutants],
     }
-    proved = proofs(corpus, {m.id: m.killed for m in mutants} if report is not None else None)
+    proved = proofs(
+        corpus,
+        {m.id: m.killed for m in mutants} if report is not None else None,
+        {p for m in mutants for p in m.cannot_show},
+    )
     proof_input = {
         r.id: {
             "outcome": r.outcome.value,

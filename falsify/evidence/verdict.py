@@ -89,7 +89,16 @@ def decide(
     results = {r["id"]: r["status"] for r in mutants.get("results", [])}
     killed = sorted(m for m, s in results.items() if s == KILLED)
     timed_out = sorted(m for m, s in results.items() if s == TIMEOUT)
-    not_killed = sorted(m for m, s in results.items() if s not in (KILLED, TIMEOUT))
+    # A mutant this machine cannot show (falsify mutants: CANNOT SHOW) is excused only if every prediction it
+    # names is NOT APPLICABLE for that reason in this same run.
+    outcome_of = {pid: p["outcome"] for pid, p in (proofs or {}).items()}
+    machine = sorted(
+        r["id"]
+        for r in mutants.get("results", [])
+        if r.get("cannotShowPredictions")
+        and all(outcome_of.get(pid) == Outcome.NOT_APPLICABLE.value for pid in r["cannotShowPredictions"])
+    )
+    not_killed = sorted(m for m, s in results.items() if s not in (KILLED, TIMEOUT) and m not in machine)
     missing = sorted(set(declared) - set(results)) if mutants.get("run") else []
     if not mutants.get("run"):
         if declared:
@@ -112,6 +121,7 @@ def decide(
         applicable = {pid: p for pid, p in proofs.items() if p["outcome"] != Outcome.NOT_APPLICABLE.value}
         proven = sorted(pid for pid, p in applicable.items() if p["proven"] == Proof.PROVEN.value)
         excused = sorted(pid for pid, p in applicable.items() if p["proven"] == Proof.EXCUSED.value)
+        unshowable = sorted(pid for pid, p in proofs.items() if p["proven"] == Proof.CANNOT_SHOW.value)
         unproven = sorted(
             pid
             for pid, p in applicable.items()
@@ -128,6 +138,7 @@ def decide(
             f"; {len(proven)} of {len(applicable)} proven"
             + (f", {len(excused)} unproven with a reviewed reason" if excused else "")
             + (f", {len(unproven)} UNPROVEN" if unproven else "")
+            + (f", {len(unshowable)} cannot be shown on this machine" if unshowable else "")
             if measured
             else "; proven not measured"
         )
@@ -137,12 +148,14 @@ def decide(
             "proven": len(proven),
             "excused": excused,
             "unproven": unproven,
-        }
+        } | ({"cannotShow": unshowable} if unshowable else {})
     decision = "NO-GO" if reasons else "GO"
     if mutants.get("run"):
         mutant_text = f"{len(killed)} of {len(set(results) | set(declared))} mutants killed"
         if timed_out:
             mutant_text += f", {len(timed_out)} timed out"
+        if machine:
+            mutant_text += f", {len(machine)} cannot be shown on this machine"
     else:
         mutant_text = (
             f"mutants NOT RUN ({len(declared)} declared, 0 killed)" if declared else "no mutant declared"
@@ -174,6 +187,7 @@ def decide(
             "killed": len(killed),
             "timedOut": timed_out,
             "notKilled": not_killed,
+            **({"cannotShow": machine} if machine else {}),
             "missing": missing,
         },
     }

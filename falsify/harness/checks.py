@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from falsify.contracts.corpus import Corpus, Prediction, project_corpus
 from falsify.contracts.formula import Formula, parse
@@ -82,6 +82,34 @@ def plain(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, bytes):
         return value.hex()
     return value
+
+
+class CannotShowHere(Exception):  # a verdict the plugin turns into NOT APPLICABLE, not an error
+    """Raised by cannot_show(); the plugin records the test NOT APPLICABLE on this machine."""
+
+    def __init__(self, prediction_id: str, reason: str, control: dict[str, Any]) -> None:
+        super().__init__(f"{prediction_id} cannot be shown on this machine: {reason}")
+        self.prediction_id, self.reason, self.control = prediction_id, reason, control
+
+
+def cannot_show(prediction_id: str, reason: str, **control: Any) -> NoReturn:
+    """This machine cannot show `prediction_id` false: the falsifier's own sensitivity control found that the bug
+    the prediction is about would leave no trace here (FALSIFY-DET-001 where unpinned BLAS products give the same
+    bytes under any thread count). `control`: what the control measured, kept in the results. The plugin records
+    the test NOT APPLICABLE ("cannot be shown on this machine: <reason>"), and `falsify mutants` reports a mutant
+    that only such predictions kill as CANNOT SHOW, not SURVIVED. The test must be bound to that prediction alone
+    and may not have checked it yet: a falsifier cannot retreat from a check that failed."""
+    __tracebackhide__ = True
+    prediction(prediction_id)  # an unknown id is a ContractError
+    if not reason.strip():
+        raise ContractError(f"{prediction_id}: cannot_show needs the reason this machine cannot show it")
+    values = {}
+    for name, v in control.items():
+        try:
+            values[name] = plain(v)
+        except ObservationError as exc:
+            raise ObservationError(f"{prediction_id}: control value {name}: {exc}") from None
+    raise CannotShowHere(prediction_id, " ".join(reason.split()), values)
 
 
 def check(prediction_id: str, **observed: Any) -> None:

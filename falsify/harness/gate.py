@@ -23,7 +23,15 @@ from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.errors import FalsifyError
 from falsify.harness.command import falsifier_args
-from falsify.harness.proven import PredictionProof, Proof, proofs, red_from_stryker, stale_files, summary
+from falsify.harness.proven import (
+    PredictionProof,
+    Proof,
+    cannot_show_from_stryker,
+    proofs,
+    red_from_stryker,
+    stale_files,
+    summary,
+)
 from falsify.harness.results import (
     Outcome,
     PredictionResult,
@@ -206,7 +214,7 @@ def mutant_proofs(
     stale = stale_files(report, project.root)
     if stale:
         return proofs(corpus, None), f"mutant report {path} is stale ({', '.join(stale)} changed since)"
-    return proofs(corpus, red_from_stryker(report)), f"mutant report {path}"
+    return proofs(corpus, red_from_stryker(report), cannot_show_from_stryker(report)), f"mutant report {path}"
 
 
 def gate(
@@ -354,6 +362,8 @@ def _gate(
     for pid, proof in proved.items():
         if proof.status is Proof.EXCUSED:
             print(f"gate: {pid} unproven because: {proof.because}")
+        elif proof.status is Proof.CANNOT_SHOW:
+            print(f"gate: {pid} cannot be shown on this machine (the mutant run's sensitivity control)")
     print(f"gate: JUnit XML in {out / 'junit.xml'}, results in {out / 'results.json'} (this run: {run_dir})")
     return 0 if ok and code == 0 and not ran.timed_out else 1
 

@@ -24,7 +24,7 @@ from falsify.contracts.packs import PackError, falsifiers_dir
 from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine
 from falsify.harness import checks as check_module
 from falsify.harness import fixtures
-from falsify.harness.checks import Observation
+from falsify.harness.checks import CannotShowHere, Observation
 from falsify.project import Project, ProjectError, find_project_or_none
 
 NOT_APPLICABLE = "NOT APPLICABLE: "
@@ -261,6 +261,19 @@ class FalsifyPlugin:
             if alarm is not None:
                 alarm.start()
             yield
+        except CannotShowHere as exc:
+            # falsify.cannot_show: the falsifier's sensitivity control found this machine unable to show the
+            # prediction false. Honoured only for the test's one prediction, before any check of it.
+            checked = [ob for ob in observations if ob.prediction_id == exc.prediction_id]
+            if ids != [exc.prediction_id] or checked:
+                record["exception"], record["assertion"] = "BindingError", False
+                why = "the test is bound to " + (", ".join(ids) or "no prediction")
+                if checked:
+                    why = f"the test already checked it {len(checked)} time(s)"
+                raise AssertionError(f"falsify.cannot_show({exc.prediction_id!r}) refused: {why}") from None
+            record["not_applicable"] = str(exc)
+            record["cannot_show"] = {k: _clip(v) for k, v in exc.control.items()}
+            raise pytest.skip.Exception(f"{NOT_APPLICABLE}{exc}") from None
         except BaseException as exc:
             record["exception"] = type(exc).__name__
             record["assertion"] = isinstance(exc, AssertionError | pytest.fail.Exception)

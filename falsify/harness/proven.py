@@ -10,6 +10,9 @@ from the run itself or from its Stryker report, whose statusReason `falsify muta
     UNPROVEN      none did (or none is listed): GO is refused unless the contract gives `unproven_because:`;
     EXCUSED       unproven, with the contract's reviewed `unproven_because:` shown beside it (whether or not a
                   mutant run was made);
+    CANNOT SHOW   unproven because this machine cannot show it false: its falsifier's sensitivity control said so
+                  (falsify.cannot_show) and its mutants were reported CANNOT SHOW, not run (FALSIFY-DET-001 where
+                  BLAS gives the same bytes under any thread count);
     NOT MEASURED  no mutant run to judge by (or its report is stale: the mutated files changed since).
 """
 
@@ -29,6 +32,7 @@ class Proof(StrEnum):
     PROVEN = "PROVEN"
     UNPROVEN = "UNPROVEN"
     EXCUSED = "EXCUSED"
+    CANNOT_SHOW = "CANNOT SHOW"
     NOT_MEASURED = "NOT MEASURED"
 
 
@@ -47,6 +51,8 @@ class PredictionProof:
             return f"yes ({len(self.red_by)})"
         if self.status is Proof.EXCUSED:
             return "no: reviewed"
+        if self.status is Proof.CANNOT_SHOW:
+            return "n/a here"
         if self.status is Proof.UNPROVEN:
             return "NO" if self.expected else "NO (no mutant)"
         return "?"
@@ -61,8 +67,12 @@ def expected_killers(corpus: Corpus, prediction_id: str) -> tuple[str, ...]:
     return tuple(sorted(listed))
 
 
-def proofs(corpus: Corpus, red: Mapping[str, Iterable[str]] | None) -> dict[str, PredictionProof]:
-    """red: mutant id -> the predictions it turned red, from a mutant run; None when there was none."""
+def proofs(
+    corpus: Corpus, red: Mapping[str, Iterable[str]] | None, cannot_show: Iterable[str] = ()
+) -> dict[str, PredictionProof]:
+    """red: mutant id -> the predictions it turned red, from a mutant run; None when there was none.
+    cannot_show: predictions that run found this machine cannot show false (its CANNOT SHOW mutants' kills)."""
+    machine = set(cannot_show) if red is not None else set()
     by_prediction: dict[str, list[str]] = {}
     for mutant, predictions in (red or {}).items():
         for pid in predictions:
@@ -72,6 +82,8 @@ def proofs(corpus: Corpus, red: Mapping[str, Iterable[str]] | None) -> dict[str,
         killers = tuple(sorted(by_prediction.get(pid, ())))
         if killers:
             status = Proof.PROVEN
+        elif pid in machine:
+            status = Proof.CANNOT_SHOW
         elif p.unproven_because:
             status = Proof.EXCUSED
         elif red is None:
@@ -83,12 +95,19 @@ def proofs(corpus: Corpus, red: Mapping[str, Iterable[str]] | None) -> dict[str,
 
 
 def summary(proved: Mapping[str, PredictionProof], among: Iterable[str] | None = None) -> str:
-    """ "31 proven, 2 excused, 8 unproven" over `among` (default: all), or "proven: not measured (...)"."""
+    """ "31 proven, 2 excused, 8 unproven" over `among` (default: all), or "proven: not measured (...)"; with
+    predictions this machine cannot show false, "57 proven of 57 provable here, 1 cannot be shown on this
+    machine"."""
     chosen = [proved[pid] for pid in (among if among is not None else proved)]
     if chosen and all(p.status in (Proof.NOT_MEASURED, Proof.EXCUSED) for p in chosen):
         return "proven not measured (no current mutant run)"
     counts = {s: sum(1 for p in chosen if p.status is s) for s in Proof}
     text = f"{counts[Proof.PROVEN]} proven"
+    if counts[Proof.CANNOT_SHOW]:
+        text += (
+            f" of {len(chosen) - counts[Proof.CANNOT_SHOW]} provable here, {counts[Proof.CANNOT_SHOW]} cannot "
+            "be shown on this machine"
+        )
     if counts[Proof.EXCUSED]:
         text += f", {counts[Proof.EXCUSED]} unproven with a reviewed reason"
     if counts[Proof.UNPROVEN]:
@@ -110,6 +129,21 @@ def red_from_stryker(report: Mapping[str, Any]) -> dict[str, set[str]]:
                 names = first[len("red: ") :].split(";", 1)[0].split(",")
                 red[mid] = {n.strip() for n in names if n.strip().startswith("FALSIFY-")}
     return red
+
+
+CANNOT_SHOW_REASON = "cannot be shown on this machine: "  # a CANNOT SHOW mutant's statusReason starts so
+
+
+def cannot_show_from_stryker(report: Mapping[str, Any]) -> set[str]:
+    """Predictions of the report's CANNOT SHOW mutants, from statusReason "cannot be shown on this machine: P1, P2"."""
+    out: set[str] = set()
+    for entry in (report.get("files") or {}).values():
+        for m in entry.get("mutants", []) or []:
+            first = str(m.get("statusReason", "")).split("\n", 1)[0]
+            if m.get("status") == "Ignored" and first.startswith(CANNOT_SHOW_REASON):
+                names = first[len(CANNOT_SHOW_REASON) :].split(";", 1)[0].split(",")
+                out |= {n.strip() for n in names if n.strip().startswith("FALSIFY-")}
+    return out
 
 
 def stale_files(report: Mapping[str, Any], root: Path) -> list[str]:

@@ -49,6 +49,7 @@ class PredictionResult:
     vacuous: int = 0  # checks that held over nothing (falsify.check: all/any/comparisons of empty sequences)
     corners: tuple[str, ...] = ()  # the prediction's declared corners, in declaration order
     corners_reached: tuple[str, ...] = ()  # those some check reached
+    cannot_show: bool = False  # NOT APPLICABLE because this machine cannot show it false (falsify.cannot_show)
 
     @property
     def corners_cell(self) -> str:
@@ -143,6 +144,7 @@ def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionRe
                     f"{c} ({_when(p, c)})" for c in missed
                 )
             failing = tuple(nid for o, _, nid, _ in seen if o in (Outcome.FAIL, Outcome.ERROR))
+            machine = outcome is Outcome.NOT_APPLICABLE and any("cannot_show" in tests[nid] for nid in bound)
             out.append(
                 PredictionResult(
                     p.id,
@@ -159,6 +161,7 @@ def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionRe
                     vacuous,
                     declared,
                     reached,
+                    machine,
                 )
             )
     return out

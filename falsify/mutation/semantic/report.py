@@ -21,6 +21,7 @@ STRYKER_STATUS = {
     MutantOutcome.TIMEOUT: "Timeout",
     MutantOutcome.STALE: "Ignored",  # the source drifted: the mutant was not applied
     MutantOutcome.ERROR: "RuntimeError",
+    MutantOutcome.CANNOT_SHOW: "Ignored",  # statusReason: "cannot be shown on this machine: P1, P2"
 }
 
 # Kill matrix cells.
@@ -93,9 +94,14 @@ def red_by_mutant(run: Run) -> dict[str, set[str]]:
     }
 
 
+def cannot_show(run: Run) -> set[str]:
+    """Predictions of the mutants this machine could not show (CANNOT SHOW)."""
+    return {p for r in run.results if r.outcome is MutantOutcome.CANNOT_SHOW for p in r.mutant.kills}
+
+
 def proof_lines(run: Run) -> str:
     """Which predictions this run proved able to fail, with the unproven ones named."""
-    proved = proofs(run.corpus, red_by_mutant(run))
+    proved = proofs(run.corpus, red_by_mutant(run), cannot_show(run))
     lines = [f"mutants: {len(proved)} predictions: {proof_summary(proved)} by this run"]
     ran = {r.mutant.id for r in run.results}
     elsewhere = [
@@ -115,6 +121,8 @@ def proof_lines(run: Run) -> str:
             lines.append(f"  UNPROVEN {pid}: {why}")
         elif proof.status is Proof.EXCUSED:
             lines.append(f"  unproven {pid} (reviewed): {proof.because}")
+        elif proof.status is Proof.CANNOT_SHOW:
+            lines.append(f"  {pid} cannot be shown on this machine (see its mutants' rows)")
     return "\n".join(lines)
 
 
@@ -125,15 +133,19 @@ def verdict(run: Run) -> tuple[str, bool]:
     n = len(run.results)
     partly = sum(1 for r in run.results if r.partly)
     ok = n > 0 and not any(counts[o] for o in FAILING)
-    judged = n - counts[MutantOutcome.STALE] - counts[MutantOutcome.ERROR]
+    judged = n - counts[MutantOutcome.STALE] - counts[MutantOutcome.ERROR] - counts[MutantOutcome.CANNOT_SHOW]
     detected = counts[MutantOutcome.KILLED] + counts[MutantOutcome.TIMEOUT]
-    parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in MutantOutcome)
+    shown = [
+        o for o in MutantOutcome if o is not MutantOutcome.CANNOT_SHOW or counts[o]
+    ]  # that one only when seen
+    parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in shown)
     note = f" ({partly} not by every listed prediction)" if partly else ""
     return (
         f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {detected} of {judged} "
         f"applied; control green ({len(run.control.selected)} falsifiers, {run.control.seconds:.1f} s); "
         f"{run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}; "
-        f"{len(run.corpus.predictions)} predictions: {proof_summary(proofs(run.corpus, red_by_mutant(run)))}"
+        f"{len(run.corpus.predictions)} predictions: "
+        f"{proof_summary(proofs(run.corpus, red_by_mutant(run), cannot_show(run)))}"
     ), ok
 
 

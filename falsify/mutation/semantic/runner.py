@@ -30,6 +30,7 @@ from typing import Any
 
 from falsify.contracts.corpus import Corpus, Mutant
 from falsify.harness.command import falsifier_args
+from falsify.harness.proven import CANNOT_SHOW_REASON
 from falsify.harness.results import Outcome, PredictionResult, per_prediction
 from falsify.mutation import executors
 from falsify.mutation.executors import available_cores
@@ -48,6 +49,7 @@ class MutantOutcome(StrEnum):
     STALE = "STALE"
     TIMEOUT = "TIMEOUT"
     ERROR = "ERROR"
+    CANNOT_SHOW = "CANNOT SHOW"  # every prediction it kills is one this machine cannot show false: not run
 
 
 FAILING = (MutantOutcome.SURVIVED, MutantOutcome.STALE, MutantOutcome.ERROR)
@@ -290,6 +292,16 @@ class Runner:
             return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {exc}")
         diff = applied.diff(m.file)
         assert self.control is not None
+        machine = [r for r in self.control.rows if r.id in m.kills and r.cannot_show]
+        if m.kills and len(machine) == len(m.kills):
+            return MutantResult(
+                m,
+                MutantOutcome.CANNOT_SHOW,
+                diff=diff,
+                span=applied.span,
+                detail=f"{CANNOT_SHOW_REASON}{', '.join(r.id for r in machine)}\n"
+                + "; ".join(r.detail for r in machine),
+            )
         not_run = [pid for pid in m.kills if _control_outcome(self.control, pid) is not Outcome.PASS]
         if not_run:
             return MutantResult(
@@ -540,6 +552,8 @@ def run_mutant_in(
 
 def progress_line(r: MutantResult) -> str:
     text = f"{r.mutant.id}: {r.outcome}"
+    if r.outcome is MutantOutcome.CANNOT_SHOW:
+        return f"{text} — {r.detail.splitlines()[0]}"
     if r.seconds:
         text += f" in {r.seconds:.1f} s" + (f" (CPU {r.cpu:.1f} s)" if r.cpu is not None else "")
     if r.outcome is MutantOutcome.KILLED:
