@@ -49,7 +49,9 @@ class PredictionResult:
     vacuous: int = 0  # checks that held over nothing (falsify.check: all/any/comparisons of empty sequences)
     corners: tuple[str, ...] = ()  # the prediction's declared corners, in declaration order
     corners_reached: tuple[str, ...] = ()  # those some check reached
-    cannot_show: bool = False  # NOT APPLICABLE because this machine cannot show it false (falsify.cannot_show)
+    cannot_show: bool = (
+        False  # NOT APPLICABLE because this machine cannot show it false (falsify.cannot_show)
+    )
 
     @property
     def corners_cell(self) -> str:
