@@ -13,9 +13,9 @@ reach the same kernel with the same layout. For each name of KERNELS:
 - OpenBLAS: a child process loads numpy under OPENBLAS_CORETYPE=name and asks threadpoolctl which kernel loaded.
   A build without that kernel serves the name with a fallback (numpy's wheels build Prescott, Nehalem,
   Sandybridge, Haswell and SkylakeX only: Zen gets the Haswell kernels, Cooperlake and SapphireRapids SkylakeX's,
-  as FALLBACK lists from dynamic.c); such a name is run once, under the kernel that serves it, and says so. A
-  name OpenBLAS does not accept ("Core not found") is skipped with that message. Any other kernel than the name
-  or its documented fallback fails the run: the variable was ignored.
+  as FALLBACK lists from dynamic.c: the first of its chain the build has); such a name is run once, under the
+  kernel that serves it, and says so. A name OpenBLAS does not accept ("Core not found") is skipped with that
+  message. Any other kernel than the name or that fallback fails the run: the variable was ignored.
 - Run: each kernel's pytest and gate start in a child process that first checks, in itself, that threadpoolctl
   sees the kernel asked for, then runs; the processes those start inherit the same OPENBLAS_CORETYPE.
 
@@ -124,11 +124,13 @@ def plan(name: str, flags: set[str]) -> Plan:
         )
     if kernel.lower() == name.lower():
         return Plan(name, kernel, "")
-    if kernel in FALLBACK[name]:
+    # the fallback is the first of the chain this build has: a name it loads as itself
+    built = next((f for f in FALLBACK[name] if loaded_kernel(f)[0] == [f]), None)
+    if kernel == built:
         return Plan(name, kernel, f"this OpenBLAS has no {name} kernels and serves the name with {kernel}'s")
     raise SystemExit(
         f"kernels: OPENBLAS_CORETYPE={name} was ignored: OpenBLAS loaded {kernel}, which is neither {name} nor "
-        f"its fallback ({', '.join(FALLBACK[name])})"
+        f"the fallback this build has for it ({built or 'none of ' + ', '.join(FALLBACK[name])})"
     )
 
 
@@ -176,9 +178,11 @@ def child(kernel: str, argv: list[str], log: Path) -> tuple[int, float]:
     return code, time.perf_counter() - start
 
 
-def last_line(log: Path, prefix: str) -> str:
-    lines = [line for line in log.read_text(encoding="utf-8").splitlines() if line.startswith(prefix)]
-    return lines[-1] if lines else f"(no line starting {prefix!r}; see {log})"
+def verdict_line(log: Path, command: str) -> str:
+    """The command's own one-line verdict ("gate: PASS — ..."), else where to look."""
+    lines = log.read_text(encoding="utf-8").splitlines()
+    found = [line for line in lines if line.startswith((f"{command}: PASS", f"{command}: FAIL"))]
+    return found[-1] if found else f"(no {command} verdict; see {log})"
 
 
 def main(args: list[str]) -> int:
@@ -216,7 +220,7 @@ def main(args: list[str]) -> int:
         gate_rc, gate_s = child(kernel, ["falsify", "gate", "--out", str(out / f"gate-{kernel}")], gate_log)
         label = kernel if names == [kernel] else f"{kernel} (as {', '.join(names)})"
         print(f"kernels: {label}: tests exit {tests_rc} in {tests_s:.0f} s: {junit_counts(junit)}")
-        print(f"kernels: {label}: gate exit {gate_rc} in {gate_s:.0f} s: {last_line(gate_log, 'gate: ')}")
+        print(f"kernels: {label}: gate exit {gate_rc} in {gate_s:.0f} s: {verdict_line(gate_log, 'gate')}")
         if tests_rc or gate_rc:
             failed.append(kernel)
             for log in (test_log, gate_log):
