@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from reference.config import Config
+from reference.gguf_header import check_header
 from reference.weights import QK_K, StoredQ4K, WeightsError, expected_shapes
 
 ARCH = "qwen35"
@@ -276,6 +277,8 @@ def _reader(path: Path) -> Any:
 
     if path.exists() and not path.is_file():  # a FIFO would block the open
         raise WeightsError(f"{path}: not a regular file")
+    if path.exists():  # gguf-py walks whatever counts the header claims: check them against the file first
+        check_header(path)
     try:
         reader = GGUFReader(path)
     except (OSError, ValueError, IndexError, KeyError, OverflowError, TypeError) as e:

@@ -436,24 +436,44 @@ def test_a_fifo_is_refused_before_it_is_opened(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("header", "error"),
+    ("header", "message"),
     [
-        (struct.pack("<IQQ", 3, 0, 2**60), "IndexError"),  # 2**60 metadata keys
-        (struct.pack("<IQQ", 3, 2**60, 0), "IndexError"),  # 2**60 tensors
-        (struct.pack("<IQQQ", 3, 0, 1, 2**60) + b"abc", "IndexError"),  # a key of 2**60 bytes
+        (
+            struct.pack("<IQQ", 3, 0, 2**60),
+            "metadata key count is 1152921504606846976, more than the 0 bytes left hold",
+        ),
+        (struct.pack("<IQQ", 3, 2**60, 0), "tensor count is 1152921504606846976, more than the file holds"),
+        (
+            struct.pack("<IQQQ", 3, 0, 1, 2**60) + b"abc",
+            "metadata key count is 1, more than the 11 bytes left hold",
+        ),
     ],
     ids=["keys", "tensors", "key-length"],
 )
-def test_counts_and_lengths_past_the_file_are_named(tmp_path: Path, header: bytes, error: str) -> None:
+def test_counts_and_lengths_past_the_file_are_named(tmp_path: Path, header: bytes, message: str) -> None:
     path = tmp_path / "m.gguf"
     path.write_bytes(b"GGUF" + header)
-    with pytest.raises(WeightsError, match=re.escape(f"{path}: not a readable GGUF file ({error}: ")):
+    with pytest.raises(WeightsError) as e:
         read_gguf(path)
+    assert str(e.value) == f"{path}: GGUF header: {message}"
 
 
 def test_a_truncated_metadata_section_is_named(tmp_path: Path) -> None:
     path = meta_gguf(tmp_path / "m.gguf")
     path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(
+        WeightsError, match=re.escape(f"{path}: GGUF header: metadata key count is 28, more than")
+    ):
+        read_config(path)
+
+
+def test_what_gguf_py_still_refuses_past_the_header_check_is_named(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf")
+    data = path.read_bytes()
+    at = (
+        data.index(b"token_embd.weight") + len(b"token_embd.weight") + 4 + 8 + 8
+    )  # n_dims, two dims: the type
+    path.write_bytes(data[:at] + struct.pack("<I", 999) + data[at + 4 :])  # no ggml type 999
     with pytest.raises(WeightsError, match=re.escape(f"{path}: not a readable GGUF file (ValueError: ")):
         read_config(path)
 
@@ -544,3 +564,73 @@ def test_a_one_dim_token_embedding_is_named(tmp_path: Path) -> None:
     with pytest.raises(WeightsError) as e:
         read_config(path)
     assert str(e.value) == f"{path}: tensor 'token_embd.weight' has 1 dims, not 2"
+
+
+def _patch_after_key(path: Path, key: bytes, skip: int, value: bytes) -> None:
+    """Overwrite the bytes `skip` bytes after metadata key `key`'s name with `value`."""
+    data = path.read_bytes()
+    at = data.index(key) + len(key) + skip
+    path.write_bytes(data[:at] + value + data[at + len(value) :])
+
+
+def test_an_array_count_past_the_file_is_named_before_gguf_py_walks_it(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf")
+    _patch_after_key(path, b"qwen35.attention.recurrent_layers", 4 + 4, struct.pack("<Q", 2**40))
+    with pytest.raises(WeightsError) as e:
+        read_config(path)  # gguf-py would walk 2**40 items
+    assert re.fullmatch(
+        re.escape(f"{path}: GGUF header: metadata key ")
+        + r"\d+ count is 1099511627776, more than the \d+ bytes left hold",
+        str(e.value),
+    ), str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d[:20], r"20 bytes, shorter than a GGUF header"),
+        (
+            lambda d: d[:16] + struct.pack("<Q", 2**40) + d[24:],
+            r"metadata key count is 1099511627776, more than",
+        ),
+        (
+            lambda d: d[:8] + struct.pack("<Q", 2**40) + d[16:],
+            r"tensor count is 1099511627776, more than the file holds",
+        ),
+        (lambda d: d[: d.index(b"output.weight") + 5], r"tensor 1 name needs 13 bytes at offset \d+; 5 left"),
+    ],
+    ids=["short", "kv-count", "tensor-count", "cut"],
+)
+def test_the_header_check_names_counts_and_lengths(
+    tmp_path: Path, edit: Callable[[bytes], bytes], message: str
+) -> None:
+    from reference.gguf_header import check_header
+
+    path = meta_gguf(tmp_path / "m.gguf")
+    path.write_bytes(edit(path.read_bytes()))
+    with pytest.raises(WeightsError, match=re.escape(f"{path}: GGUF header: ") + ".*" + message):
+        check_header(path)
+
+
+def test_the_header_check_names_types_and_dims(tmp_path: Path) -> None:
+    from reference.gguf_header import check_header
+
+    path = meta_gguf(tmp_path / "m.gguf")
+    check_header(path)  # a whole header: nothing to say
+    original = path.read_bytes()
+    _patch_after_key(path, b"qwen35.block_count", 0, struct.pack("<I", 13))  # value type 13 does not exist
+    with pytest.raises(WeightsError, match=r"has unknown value type 13$"):
+        check_header(path)
+    path.write_bytes(original)
+    _patch_after_key(
+        path, b"qwen35.attention.recurrent_layers", 4, struct.pack("<I", 9)
+    )  # an array of arrays
+    with pytest.raises(WeightsError, match=r"is an array of arrays$"):
+        check_header(path)
+    path.write_bytes(original)
+    _patch_after_key(path, b"token_embd.weight", 0, struct.pack("<I", 5))  # 5 dimensions
+    with pytest.raises(WeightsError, match=r"tensor 0 has 5 dimensions \(at most 4\)$"):
+        check_header(path)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGML" + bytes(60))
+    check_header(junk)  # not GGUF at all: left to gguf-py, which names it
