@@ -145,6 +145,10 @@ def warm_session(engine: Any, model: CountingModel, prompt: list[int], warm: int
 @SETTINGS
 @given(n=BUDGET, extra=st.integers(1, 16), raw=raw_prompts, warm=st.booleans())
 @example(n=8, extra=8, raw=[1, 2, 3, 4, 5], warm=False)  # the source engine's case: 8 polls, 8 decode passes
+# the contract's corners of CANCEL-001..003 (smallest and largest budget, the budget one below the limit)
+@example(n=1, extra=1, raw=[4, 2], warm=False)
+@example(n=16, extra=16, raw=[9, 9, 1], warm=True)
+@example(n=5, extra=1, raw=[3, 1, 4, 1, 5], warm=True)
 def test_a_budget_cancelled_run(
     engine: Any, model: Any, n: int, extra: int, raw: list[int], warm: bool
 ) -> None:
@@ -200,6 +204,7 @@ def test_a_run_cancelled_before_its_first_token(
 
 @pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-005", "FALSIFY-SERVE-CANCEL-008", "FALSIFY-SERVE-CANCEL-011")
 @SETTINGS
+@falsify.corner_examples("FALSIFY-SERVE-CANCEL-005", raw=[2, 7, 1], warm=False, counting=True)
 @given(max_tokens=LIMIT, raw=raw_prompts, warm=st.booleans(), counting=st.booleans())
 def test_an_uncancelled_run(
     engine: Any, model: Any, max_tokens: int, raw: list[int], warm: bool, counting: bool
