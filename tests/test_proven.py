@@ -13,6 +13,7 @@ from falsify.harness.proven import (
     cannot_show_from_stryker,
     proofs,
     red_from_stryker,
+    shown_here,
     stale_files,
     summary,
 )
@@ -158,4 +159,10 @@ def test_a_prediction_this_machine_cannot_show_is_not_unproven(tmp_path: Path, m
     path = tmp_path / ".falsify" / "mutants" / "mutation-report.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(report), encoding="utf-8")
-    assert mutant_proofs(p, corpus, None)[0]["FALSIFY-DEMO-001"].status is Proof.CANNOT_SHOW
+    from_report = mutant_proofs(p, corpus, None)[0]
+    assert from_report["FALSIFY-DEMO-001"].status is Proof.CANNOT_SHOW
+    # the gate keeps it only where its own run found the prediction unshowable too (same machine and kernel)
+    assert shown_here(from_report, {"FALSIFY-DEMO-001"}) == from_report
+    elsewhere = shown_here(from_report, set())
+    assert elsewhere["FALSIFY-DEMO-001"].status is Proof.UNPROVEN
+    assert elsewhere["FALSIFY-DEMO-003"] == from_report["FALSIFY-DEMO-003"]

@@ -29,6 +29,7 @@ from falsify.harness.proven import (
     cannot_show_from_stryker,
     proofs,
     red_from_stryker,
+    shown_here,
     stale_files,
     summary,
 )
@@ -319,6 +320,7 @@ def _gate(
     if ran.timed_out:
         rows = [_timed_out(r, whole) if r.outcome is Outcome.NOT_RUN else r for r in rows]
     proved, proof_source = mutant_proofs(project, corpus, mutants_report)
+    proved = shown_here(proved, {r.id for r in rows if r.cannot_show})
     print()
     print(render(rows, proved))
     failed = failures(rows, corpus)

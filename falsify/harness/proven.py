@@ -19,7 +19,7 @@ from the run itself or from its Stryker report, whose statusReason `falsify muta
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,16 @@ def proofs(
             status = Proof.UNPROVEN
         out[pid] = PredictionProof(pid, status, expected_killers(corpus, pid), killers, p.unproven_because)
     return out
+
+
+def shown_here(proved: Mapping[str, PredictionProof], not_here: set[str]) -> dict[str, PredictionProof]:
+    """A mutant run's CANNOT SHOW holds only where this run found the prediction unshowable too (`not_here`): a
+    report from another machine or OpenBLAS kernel, where it could not be shown, proves nothing here, where it
+    can: UNPROVEN until a mutant run here turns it red."""
+    return {
+        pid: replace(p, status=Proof.UNPROVEN) if p.status is Proof.CANNOT_SHOW and pid not in not_here else p
+        for pid, p in proved.items()
+    }
 
 
 def summary(proved: Mapping[str, PredictionProof], among: Iterable[str] | None = None) -> str:
