@@ -1,5 +1,5 @@
-"""`falsify gate` in a child process, as a user runs it: for tests that judge its exit code, its output and the
-rows of OUT/gate.json."""
+"""falsify in a child process, as a user runs it: `run_cli` for any command, `run_gate` for tests that judge the
+gate's exit code, its output and the rows of OUT/gate.json."""
 
 from __future__ import annotations
 
@@ -9,6 +9,23 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+FALSIFY = (sys.executable, "-m", "falsify.cli")
+
+
+def run_cli(
+    *args: str, cwd: Path | None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """`falsify ARGS` in `cwd` (environment: `env`, else this process's), output captured, never raising."""
+    return subprocess.run(
+        [*FALSIFY, *args],
+        cwd=cwd,
+        env=os.environ.copy() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def run_gate(
@@ -21,18 +38,8 @@ def run_gate(
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, dict[str, Any]]]:
     """`falsify gate --engine ENGINE --out OUT [-- PYTEST_ARGS]` run in `cwd`, and gate.json's rows by prediction
     id ({} when the gate wrote no gate.json)."""
-    cmd = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", str(out)]
-    if pytest_args:
-        cmd += ["--", *pytest_args]
-    proc = subprocess.run(
-        cmd,
-        cwd=cwd,
-        env=os.environ.copy() if env is None else env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    args = ["gate", "--engine", engine, "--out", str(out), *(["--", *pytest_args] if pytest_args else [])]
+    proc = run_cli(*args, cwd=cwd, env=env, timeout=timeout)
     gate_json = out / "gate.json"
     rows = (
         {r["id"]: r for r in json.loads(gate_json.read_text(encoding="utf-8"))["predictions"]}

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+from gate_cli import run_cli
+
 TOY = Path(__file__).parent / "fixtures" / "mutants" / "toy"
-CAMPAIGN = [sys.executable, "-m", "falsify.cli", "campaign"]
 
 
 def campaign(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CAMPAIGN, "--engine", "toy.engine:ToyEngine", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_cli("campaign", "--engine", "toy.engine:ToyEngine", *args, cwd=root, env=None)
 
 
 def test_campaign_shards_by_prediction_and_seed_and_replays_a_failure(tmp_path: Path) -> None:
@@ -55,13 +48,6 @@ def test_unknown_prediction_and_bad_seeds_are_usage_errors(tmp_path: Path) -> No
 def test_a_pack_prediction_is_run_and_judged_like_the_projects_own() -> None:
     """This repository's serving contracts live in a pack (falsify/packs/serving): a shard must read them too."""
     root = Path(__file__).resolve().parent.parent
-    proc = subprocess.run(
-        [*CAMPAIGN, "--seeds", "1", "--profile", "ci", "FALSIFY-SERVE-CANCEL-002"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = run_cli("campaign", "--seeds", "1", "--profile", "ci", "FALSIFY-SERVE-CANCEL-002", cwd=root)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     assert "FALSIFY-SERVE-CANCEL-002 seed 0: PASS" in proc.stdout, proc.stdout[-3000:]

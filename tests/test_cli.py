@@ -9,21 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from gate_cli import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "contracts"
 ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 
 
 def falsify(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "falsify.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=ENV,
-        timeout=300,
-        check=False,
-    )
+    return run_cli(*args, cwd=cwd, env=ENV, timeout=300)
 
 
 def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:

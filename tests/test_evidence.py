@@ -18,6 +18,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from gate_cli import run_cli
 
 from falsify.cli import main
 from falsify.evidence import (
@@ -191,15 +192,7 @@ def falsify_cli(
     # The ci hypothesis profile (derandomized) for `falsify gate` too: its results feed `evidence --from`.
     full_env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "HYPOTHESIS_PROFILE": "ci", **(env or {})}
     full_env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "falsify.cli", *args],
-        cwd=root,
-        env=full_env,
-        text=True,
-        capture_output=True,
-        timeout=240,
-        check=False,
-    )
+    return run_cli(*args, cwd=root, env=full_env, timeout=240)
 
 
 def evidence_args(out: str) -> list[str]:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from gate_cli import run_cli
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -175,15 +174,7 @@ LANES = [f"FALSIFY-SERVE-PREFILL-{i:03d}" for i in [*range(4, 11), *range(12, 19
 
 def test_gate_on_hf_reports_the_measured_findings(tmp_path: Path) -> None:
     env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}  # first counterexample, no shrinking: HF is slow
-    proc = subprocess.run(
-        [sys.executable, "-m", "falsify.cli", "gate", "--engine", "hf", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-    )
+    proc = run_cli("gate", "--engine", "hf", "--out", str(tmp_path), cwd=ROOT, env=env, timeout=1500)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # FAILs exist: the gate is red
     rows = {r["id"]: r for r in json.loads((tmp_path / "gate.json").read_text())["predictions"]}
     got = {pid: rows[pid]["outcome"] for pid in [*CANCEL, *PREFILL, *LANES]}

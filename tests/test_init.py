@@ -5,23 +5,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from gate_cli import run_cli
 
 ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 ENV.pop("FALSIFY_ENGINE", None)
 
 
 def falsify(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "falsify.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        env=ENV,
-        timeout=600,
-        check=False,
-    )
+    return run_cli(*args, cwd=root, env=ENV)
 
 
 def test_init_writes_a_starter_that_passes_lint_gate_and_mutants(tmp_path: Path) -> None:

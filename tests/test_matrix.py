@@ -5,34 +5,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from gate_cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def matrix(tmp_path: Path, engines: str, *pytest_args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}  # first counterexample, no shrinking
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "falsify.cli",
-            "matrix",
-            "--engine",
-            engines,
-            "--out",
-            str(tmp_path),
-            "--",
-            *pytest_args,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    args = ["matrix", "--engine", engines, "--out", str(tmp_path), "--", *pytest_args]
+    return run_cli(*args, cwd=ROOT, env=env, timeout=900)
 
 
 def test_matrix_shows_each_engines_outcome_per_prediction(tmp_path: Path) -> None:

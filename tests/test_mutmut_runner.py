@@ -9,26 +9,25 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
+from gate_cli import run_cli
 
-from falsify.mutation.mutmut import (
+from falsify.mutation.mutmut.config import (
     Baseline,
     BaselineEntry,
     MutmutConfig,
     MutmutError,
     MutmutMutant,
     MutmutRun,
-    changed_lines,
-    function_patterns,
     read_baseline,
     read_config,
     render_baseline,
-    verdict,
 )
+from falsify.mutation.mutmut.report import verdict
+from falsify.mutation.mutmut.running import changed_lines, function_patterns
 from falsify.project import Project
 
 TOY = Path(__file__).parent / "fixtures" / "mutants" / "toy"
@@ -262,15 +261,7 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
         subprocess.run([*GIT, *cmd], cwd=root, check=True, capture_output=True)
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "FALSIFY_ENGINE": "toy.engine:ToyEngine"}
-    result = subprocess.run(
-        [sys.executable, "-m", "falsify.cli", "mutmut", "-j", "2"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
+    result = run_cli("mutmut", "-j", "2", cwd=root, env=env, timeout=1200)
     out = result.stdout
     assert result.returncode == 1, out + result.stderr
     assert "mutmut: FAIL" in out and "0 listed in mutmut-baseline.toml" in out

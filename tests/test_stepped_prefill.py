@@ -71,21 +71,26 @@ def test_a_cancelled_pass_resumes_with_the_cuts_of_the_whole_pass(model: Any) ->
     assert resumed.state.digest() == whole.state.digest()
 
 
-def test_the_longest_strictly_extended_kept_prefix_is_restored(model: Any) -> None:
-    prompt = list(range(3, 140))
-    first = SteppedPrefill.open(model, model.new_state(), prompt, marks=[10, 70])
-    first.run()
-    short, long_ = first.kept
-    assert (len(short.tokens), len(long_.tokens)) == (10, 70)
-    passed = model.new_state()
-    resumed = SteppedPrefill.open(model, passed, [*prompt[:70], 5, 6], kept=first.kept)
-    assert resumed.pos == 70 and resumed.state is not passed and passed.released
-    assert resumed.state.digest() == long_.state.digest() and long_.state.pos == 70  # the snapshot is copied
-    assert SteppedPrefill.open(model, model.new_state(), [*prompt[:40], 1], kept=first.kept).pos == 10
-    assert SteppedPrefill.open(model, model.new_state(), prompt[:70], kept=[long_, short]).pos == 10
-    assert (
-        SteppedPrefill.open(model, model.new_state(), [9] * 20, kept=Kept(short.tokens, short.state)).pos == 0
+def test_the_kept_prefix_restored_is_the_one_the_reference_planner_restores(model: Any) -> None:
+    """The longest snapshot the prompt strictly extends (equal to the prompt: not strictly; diverging: no), copied,
+    the state passed in released: for each prompt, the same position and bytes as reference.prefill."""
+    base = list(range(3, 140))
+    ours = SteppedPrefill.open(model, model.new_state(), base, marks=[10, 70])
+    theirs = Prefill.open(model, model.new_state(), base, marks=[10, 70])
+    ours.run(), theirs.run()
+    assert [len(k.tokens) for k in ours.kept] == [10, 70]
+    prompts = [[*base[:70], 5, 6], [*base[:40], 1], base[:70], [9] * 20]
+    for prompt in prompts:
+        passed = model.new_state()
+        mine = SteppedPrefill.open(model, passed, prompt, kept=ours.kept[::-1])
+        ref = Prefill.open(model, model.new_state(), prompt, kept=theirs.kept[::-1])
+        assert mine.pos == ref.pos and mine.state.digest() == ref.state.digest(), prompt[:3]
+        assert (mine.state is not passed) == passed.released == (mine.pos > 0)
+    assert ours.kept[1].state.pos == 70  # restoring copied the snapshot, never advanced it
+    single = SteppedPrefill.open(
+        model, model.new_state(), [*base[:12], 1], kept=Kept(ours.kept[0].tokens, ours.kept[0].state)
     )
+    assert single.pos == 10
 
 
 def test_logits_are_kept_per_chunk_only_when_asked(model: Any) -> None:

@@ -40,40 +40,12 @@ from pathlib import Path
 
 from falsify.mutation import stryker
 from falsify.mutation.executors import sigterm_interrupts
-from falsify.mutation.mutmut.config import (
-    Baseline,
-    BaselineEntry,
-    MutmutConfig,
-    MutmutError,
-    MutmutMutant,
-    MutmutRun,
-    read_baseline,
-    read_config,
-    render_baseline,
-)
+from falsify.mutation.mutmut.config import MutmutError, read_baseline, read_config, render_baseline
 from falsify.mutation.mutmut.report import render_survivors, to_stryker, verdict
-from falsify.mutation.mutmut.running import changed_lines, function_patterns, run_mutmut
+from falsify.mutation.mutmut.running import run_mutmut
 from falsify.project import find_project
 
-# The command is here; its parts: config.py (configuration, run records, baseline), running.py, report.py.
-__all__ = [
-    "HELP",
-    "Baseline",
-    "BaselineEntry",
-    "MutmutConfig",
-    "MutmutError",
-    "MutmutMutant",
-    "MutmutRun",
-    "add_parser",
-    "changed_lines",
-    "function_patterns",
-    "read_baseline",
-    "read_config",
-    "render_baseline",
-    "run",
-    "verdict",
-]
-
+# The command; its parts: config.py (configuration, run records, baseline), running.py, report.py.
 HELP = "run mutmut over the engine's sources in a scratch copy; fail below the kill-rate floor or on an unlisted survivor"
 
 
