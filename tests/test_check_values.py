@@ -16,40 +16,8 @@ from hypothesis import strategies as st
 import falsify
 from falsify.harness import checks
 
-CONTRACT = """\
-contract: typed-v1
-version: 1.0.0
-title: Typed
-description: Observations of every declared type.
-references: [https://example.org]
-observables:
-  count: {meaning: a count, type: int}
-  ratio: {meaning: a ratio, type: float}
-  wild: {meaning: a float that may be NaN, type: float, allow_nonfinite: true}
-  flag: {meaning: a flag, type: bool}
-  name: {meaning: a name, type: str}
-  gaps: {meaning: gaps, type: list, items: int}
-predictions:
-  - id: FALSIFY-TYPED-001
-    claim: counts are small
-    formula: count <= n_blocks and ratio < 2 and flag and name != ""
-    domain:
-      n_blocks: {type: int, min: 1, max: 64}
-      kind: {type: str, values: [a, b]}
-      seed: {type: int, min: 0, max: 9, optional: true}
-    if_fails: a big count
-  - id: FALSIFY-TYPED-002
-    claim: every gap is 1
-    formula: gaps == [1] * len(gaps)
-    domain: {}
-    if_fails: a gap
-  - id: FALSIFY-TYPED-003
-    claim: wild is not zero (NaN is allowed, and is not zero)
-    formula: wild != 0.0 * scale
-    domain:
-      scale: {type: float, min: 0.5, max: 2.0}
-    if_fails: never
-"""
+DATA = Path(__file__).parent / "data" / "contracts"  # contract texts the tests write into a project
+CONTRACT = (DATA / "check-values-typed-v1.yaml").read_text(encoding="utf-8")
 
 GOOD = {"count": 3, "ratio": 1.5, "flag": True, "name": "x", "n_blocks": 4, "kind": "a"}
 

@@ -16,34 +16,8 @@ from falsify.contracts.corpus import load_corpus
 from falsify.harness.gate import verdict
 from falsify.harness.results import Outcome, per_prediction
 
-CONTRACT = """\
-contract: demo-v1
-version: 1.0.0
-title: Demo
-description: Demo contract for outcome tests.
-references: [https://example.org]
-observables:
-  emitted: {meaning: tokens emitted, type: int}
-  gaps: {meaning: gaps between decode steps, type: list, items: int}
-predictions:
-  - id: FALSIFY-DEMO-001
-    claim: at most 8 tokens
-    formula: emitted <= 8
-    domain: {}
-    if_fails: too many
-  - id: FALSIFY-DEMO-002
-    claim: every gap is 1
-    formula: gaps == [1] * len(gaps)
-    domain: {}
-    if_fails: a stall
-    min_checks: 2
-  - id: FALSIFY-DEMO-003
-    claim: the oracle agrees
-    formula: emitted == 3
-    domain: {}
-    requires: ["oracle:no_such_oracle_pkg"]
-    if_fails: the oracle disagrees
-"""
+DATA = Path(__file__).parent / "data" / "contracts"  # contract texts the tests write into a project
+CONTRACT = (DATA / "outcomes-demo-v1.yaml").read_text(encoding="utf-8")
 
 TESTS = """\
 import falsify, pytest
@@ -133,26 +107,7 @@ def test_the_gate_exits_non_zero_when_a_bound_test_is_skipped(pytester: pytest.P
     assert "2 skipped (1 not applicable)" in proc.stdout and "gate: FAIL" in proc.stdout
 
 
-CORNERS = """\
-contract: demo-v1
-version: 1.0.0
-title: Demo
-description: Demo contract for corner tests.
-references: [https://example.org]
-observables:
-  emitted: {meaning: tokens emitted, type: int}
-predictions:
-  - id: FALSIFY-DEMO-001
-    claim: at most n tokens
-    formula: emitted <= n
-    domain:
-      n: {type: int, min: 1, max: 16}
-    corners:
-      - {id: smallest, when: n == 1, example: {n: 1}}
-      - {id: largest, when: n == 16, example: {n: 16}}
-      - {id: emitted-at-the-limit, when: emitted == n}
-    if_fails: too many
-"""
+CORNERS = (DATA / "outcomes-corners-demo-v1.yaml").read_text(encoding="utf-8")
 
 CORNER_TESTS = """\
 import falsify, pytest

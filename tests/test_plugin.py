@@ -4,31 +4,12 @@ defect, and the results the gate reads. Real pytest sessions, no mocks."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-CONTRACT = """\
-contract: demo-v1
-version: 1.0.0
-title: Demo
-description: Demo contract for plugin tests.
-references: [https://example.org]
-observables:
-  emitted: {meaning: tokens emitted, type: int}
-  decode_forwards: {meaning: decode forwards, type: int}
-predictions:
-  - id: FALSIFY-DEMO-001
-    claim: one forward fewer than tokens
-    formula: decode_forwards == emitted - 1
-    domain: {}
-    if_fails: a wasted forward
-  - id: FALSIFY-DEMO-002
-    claim: at most n tokens
-    formula: emitted <= n
-    domain:
-      n: {type: int, min: 0, max: 8}
-    if_fails: cancel ignored
-"""
+DATA = Path(__file__).parent / "data" / "contracts"  # contract texts the tests write into a project
+CONTRACT = (DATA / "plugin-demo-v1.yaml").read_text(encoding="utf-8")
 
 BOTH_BOUND = """\
 import falsify, pytest

@@ -20,33 +20,8 @@ from falsify.harness.proven import (
 from falsify.harness.results import Outcome, PredictionResult
 from falsify.project import Project
 
-CONTRACT = """\
-contract: demo-v1
-version: 1.0.0
-title: Demo
-description: Demo contract for proof tests.
-references: [https://example.org]
-observables:
-  emitted: {meaning: tokens emitted, type: int}
-predictions:
-  - id: FALSIFY-DEMO-001
-    claim: at most 8 tokens
-    formula: emitted <= 8
-    domain: {}
-    if_fails: too many
-    mutants: [limit-off]
-  - id: FALSIFY-DEMO-002
-    claim: at least 1 token
-    formula: emitted >= 1
-    domain: {}
-    if_fails: none at all
-  - id: FALSIFY-DEMO-003
-    claim: exactly 3 tokens with the oracle
-    formula: emitted == 3
-    domain: {}
-    if_fails: the oracle disagrees
-    unproven_because: only the optional oracle can run this; no mutant run reaches it
-"""
+DATA = Path(__file__).parent / "data" / "contracts"  # contract texts the tests write into a project
+CONTRACT = (DATA / "proven-demo-v1.yaml").read_text(encoding="utf-8")
 
 MUTANT = """\
 id: limit-off

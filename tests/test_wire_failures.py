@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -16,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from gate_cli import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "tests" / "fixtures" / "wire" / "bad_engine.py"
@@ -69,27 +69,8 @@ def gate_names_the_error(engine: str, error: str, tmp_path: Path) -> None:
     env = os.environ.copy()
     env.update(PYTHONPATH=str(ROOT), FALSIFY_WIRE_TIMEOUT=str(TIMEOUT), HYPOTHESIS_PROFILE="ci")
     started = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "falsify.cli",
-            "gate",
-            "--engine",
-            engine,
-            "--out",
-            str(tmp_path),
-            "--",
-            "-k",
-            "test_cancel_contract",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    args = ["gate", "--engine", engine, "--out", str(tmp_path), "--", "-k", "test_cancel_contract"]
+    proc = run_cli(*args, cwd=ROOT, env=env, timeout=300)
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout[-3000:]
     rows = json.loads((tmp_path / "gate.json").read_text(encoding="utf-8"))["predictions"]
