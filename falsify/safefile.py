@@ -42,6 +42,7 @@ KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISLNK, "a symlink"),
+    (stat.S_ISREG, "a regular file"),
 )
 
 

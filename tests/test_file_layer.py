@@ -296,3 +296,23 @@ def test_a_bundles_recorded_source_globs_cannot_leave_the_tree(tmp_path: Path) -
     for pattern in ("/etc/host*", "../*", "~/x"):
         with pytest.raises(EvidenceError, match="sources: "):
             source_files(tmp_path, (pattern,))
+
+
+# -- falsify gate --out ----------------------------------------------------------------------------------------------
+def test_gate_out_naming_a_file_or_a_link_is_named_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    (tmp_path / "file").write_text("mine")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "outside")
+    for out, named in ((tmp_path / "file", "is a regular file"), (tmp_path / "linked", "is a symlink")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "falsify.cli", "gate", "--out", str(out)],
+            cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert named in proc.stderr + proc.stdout, proc.stderr
+    assert (tmp_path / "file").read_text() == "mine" and list((tmp_path / "outside").iterdir()) == []

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from falsify import safefile
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.errors import FalsifyError
@@ -241,7 +242,7 @@ def gate(
         )
         return 1
     per_test, whole = timeouts(project, test_timeout, timeout)
-    out.mkdir(parents=True, exist_ok=True)
+    safefile.make_dirs(out, what="--out directory")  # a file, a link or a read-only disk there is named
     with _locked(out) as held:
         if not held:
             print(f"gate: another gate is writing to {out} (see {out / LOCK}); use another --out")
@@ -256,7 +257,10 @@ OUTPUTS = ("results.json", "junit.xml", "gate.json")
 @contextlib.contextmanager
 def _locked(out: Path) -> Iterator[bool]:
     """An exclusive, non-blocking lock on out/.lock for the whole run; False when another gate holds it."""
-    fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise safefile.FileLayerError(f"{out / LOCK}: cannot lock --out: {safefile.cause(exc)}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -287,7 +291,7 @@ def _gate(
     for name in OUTPUTS:
         (out / name).unlink(missing_ok=True)
     run_dir = out / "runs" / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-    run_dir.mkdir(parents=True)
+    safefile.make_dirs(run_dir, what="run directory")
     results_path, junit = run_dir / "results.json", run_dir / "junit.xml"
     n_pred = sum(len(c.predictions) for c in corpus.contracts)
     limits = f"timeouts {per_test:g} s per falsifier, {whole:g} s in all" if whole else "no gate timeout"
@@ -331,7 +335,8 @@ def _gate(
     summary, ok = verdict(corpus, rows, results, engine, proved)
     if ran.timed_out:
         summary += f"; the run was stopped at its {whole:g} s timeout"
-    (run_dir / "gate.json").write_text(
+    safefile.replace(
+        run_dir / "gate.json",
         json.dumps(
             {
                 "verdict": summary,
@@ -355,10 +360,15 @@ def _gate(
             },
             indent=1,
             default=str,
-        ),
-        encoding="utf-8",
+        ).encode("utf-8"),
+        what="gate.json",
     )
-    _publish(out, run_dir)
+    try:
+        _publish(out, run_dir)
+    except OSError as exc:  # a disk that filled or turned read-only while the run went on
+        raise safefile.FileLayerError(
+            f"{out}: cannot publish the run {run_dir.name}: {safefile.cause(exc)}"
+        ) from None
     print(summary)
     print(f"gate: PROVEN from {proof_source}")
     for pid, proof in proved.items():
