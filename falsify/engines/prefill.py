@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Kept", "PrefillError", "SteppedPrefill"]
+__all__ = ["Kept", "PrefillError", "Stepped", "SteppedPrefill"]
 
 
 class PrefillError(ValueError):
@@ -39,7 +39,27 @@ class Kept:
     state: Any  # never advanced; state.pos == len(tokens)
 
 
-class SteppedPrefill:
+class Stepped:
+    """A pass run one chunk per `step()`: `run` steps until `done`, polling the cancel token before each chunk
+    (the harness polls it, so the stop is the same for every engine: SteppedPrefill, the wire's WirePrefill)."""
+
+    @property
+    def done(self) -> bool:
+        raise NotImplementedError
+
+    def step(self) -> bool:
+        raise NotImplementedError
+
+    def run(self, cancel: Any = None) -> bool:
+        """Step until done, polling `cancel` (if any) before each chunk; False when it stopped the pass."""
+        while not self.done:
+            if cancel is not None and cancel.is_cancelled():
+                return False
+            self.step()
+        return True
+
+
+class SteppedPrefill(Stepped):
     """One prompt's pass over one stream state; see the module docstring."""
 
     def __init__(
@@ -115,14 +135,6 @@ class SteppedPrefill:
         if end in self.marks:
             self.kept.append(Kept(self.prompt[:end], self.state.copy()))
         return self.done
-
-    def run(self, cancel: Any = None) -> bool:
-        """Step until done, polling `cancel` (if any) before each chunk; False when it stopped the pass."""
-        while not self.done:
-            if cancel is not None and cancel.is_cancelled():
-                return False
-            self.step()
-        return True
 
 
 def _width(model: Any, chunk_cap: int | None) -> int:

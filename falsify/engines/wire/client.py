@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from falsify.engines.cancel import HarnessCancel
+from falsify.engines.prefill import Stepped
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
 from falsify.engines.wire.messages import PROTOCOL_VERSION, ErrorCode, decode_bytes, decode_f32
@@ -242,7 +243,7 @@ class WireKept:
     state: WireState
 
 
-class WirePrefill:
+class WirePrefill(Stepped):
     """A stepped prefill running in the engine: `step()` runs exactly one chunk there. The chunk's `$/forward`
     (exactly one per step, at the state's position, feeding the prompt's tokens there) is checked and replayed
     through the falsifier's model object, so a recorder around the model sees every cut on this state."""
@@ -309,14 +310,6 @@ class WirePrefill:
             )
         self._done = bool(result["done"])
         return self._done
-
-    def run(self, cancel: Any = None) -> bool:
-        """Step until done; with a cancel token, poll it (here, in the harness) before each chunk."""
-        while not self.done:
-            if cancel is not None and cancel.is_cancelled():
-                return False
-            self.step()
-        return True
 
 
 @dataclass(slots=True)
