@@ -111,6 +111,11 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     from falsify.engines.loading import engine_forms
 
     p.add_argument("--engine", help=engine_forms())
+    p.add_argument(
+        "--engine-model",
+        metavar="ID",
+        help="the model an openai+ engine asks for (default: $FALSIFY_ENGINE_MODEL, then the first /v1/models id)",
+    )
 
 
 def _pack_args(p: argparse.ArgumentParser) -> None:
@@ -128,7 +133,10 @@ def engine_spec(args: argparse.Namespace, project: Project) -> str:
     from falsify.engines.loading import check_engine, resolve_engine
 
     spec = resolve_engine(args.engine, project.engine, f"[tool.falsify] in {project.pyproject}")
-    check_engine(spec, project.import_roots)
+    if getattr(args, "engine_model", None):  # read by the openai+ engine wherever the run loads it
+        os.environ["FALSIFY_ENGINE_MODEL"] = args.engine_model
+    if not spec.startswith("openai+exec:"):  # that one starts its server: only the run itself does
+        check_engine(spec, project.import_roots)
     return spec
 
 

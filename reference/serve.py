@@ -2,6 +2,7 @@
 
     python -m reference.serve                 # JSON lines on stdin/stdout (falsify --engine exec:"python -m reference.serve")
     python -m reference.serve --http 8765     # POST /rpc on 127.0.0.1:8765 (falsify --engine http://127.0.0.1:8765)
+    python -m reference.serve --openai --port 8080   # an OpenAI-compatible API (reference/openai_server.py)
 
 It implements the protocol from the document, as an engine in another language would, and shares no code with
 the harness's client (falsify/engines/wire): the same reference Session runs behind it, its model wrapped so each
@@ -490,6 +491,11 @@ def serve_http(port: int, host: str = "127.0.0.1") -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["--openai"]:  # the OpenAI-compatible API (reference/openai_server.py), its own options
+        from reference.openai_server import main as openai_main
+
+        return openai_main(given[1:])
     parser = argparse.ArgumentParser(
         prog="python -m reference.serve",
         description="the reference engine over the falsify engine protocol (docs/engine-protocol.md)",
@@ -498,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--http", type=int, metavar="PORT", help="serve HTTP on 127.0.0.1:PORT (0: any free port)"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     if args.http is not None:
         return serve_http(args.http)
     return serve_stdio(sys.stdin.buffer, sys.stdout.buffer)

@@ -187,7 +187,10 @@ def test_unknown_engine_exits_2_with_one_line_before_any_test(tmp_path: Path) ->
     assert result.stdout == ""  # nothing ran: no "gate: running", no pytest output
     (line,) = result.stderr.splitlines()
     assert line.startswith("falsify: unknown engine 'nosuch': use one of reference, hf, ")
-    assert 'module:factory, exec:"CMD ARGS" or http://HOST:PORT' in line
+    assert (
+        'module:factory, exec:"CMD ARGS", http://HOST:PORT, openai+http://127.0.0.1:PORT or openai+exec:CMD'
+        in line
+    )
     assert not (root / ".falsify").exists()
 
 

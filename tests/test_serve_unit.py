@@ -1258,3 +1258,17 @@ def test_main_http_serves_on_loopback_until_exit(
             post(port, line({"method": "exit", "params": {}}))
         thread.join(WAIT)
     assert not thread.is_alive() and box == [code]
+
+
+@pytest.mark.parametrize("from_argv", [False, True])
+def test_main_hands_openai_and_its_options_to_the_openai_server(
+    from_argv: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--openai` first: the rest are reference/openai_server.py's options (from argv, or sys.argv[1:])."""
+    argv = ["--openai", "--port", "x"]
+    monkeypatch.setattr(sys, "argv", ["python -m reference.serve", *argv])
+    with pytest.raises(SystemExit) as exc:
+        main(None if from_argv else argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("usage: python -m reference.serve --openai [-h] --port PORT")
+    assert err.endswith("error: argument --port: invalid int value: 'x'\n")

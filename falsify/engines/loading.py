@@ -1,7 +1,8 @@
 """Choosing the engine under test: a registered name (`reference`, `hf`), a registered name with its argument
 (`llamacpp:PATH.gguf`: the name's factory is called with the text after the colon), `module:factory`, or a wire
 engine in any language: `exec:"CMD ARGS"` (a subprocess speaking docs/engine-protocol.md on stdio) or
-`http://HOST:PORT`.
+`http://HOST:PORT`, or an OpenAI-compatible server: `openai+http://127.0.0.1:PORT` or `openai+exec:CMD`
+(falsify/engines/adapters/openai.py).
 
 Which engine: `--engine`, else the FALSIFY_ENGINE environment variable, else `engine` in [tool.falsify]; none of
 the three is an error (never a silent default). An engine that cannot be imported or made, or that says it supports
@@ -59,8 +60,9 @@ def engine_forms(
     forms = (
         f"a registered name ({', '.join(REGISTERED)}), or one given its weights (llamacpp:PATH.gguf, "
         "hf:CHECKPOINT_DIR); module:factory (your own, imported from the project root "
-        'or src/); exec:"CMD ARGS" (a wire engine in any language, spoken to on stdio); or http://HOST:PORT (a '
-        "running wire engine; docs/engine-protocol.md)"
+        'or src/); exec:"CMD ARGS" (a wire engine in any language, spoken to on stdio); http://HOST:PORT (a '
+        "running wire engine; docs/engine-protocol.md); or an OpenAI-compatible server, openai+http://127.0.0.1:PORT "
+        "or openai+exec:CMD (docs/openai-serving.md)"
     )
     return f"engine under test: {forms}" + (f" (default: {default})" if default else "")
 
@@ -97,7 +99,18 @@ def is_wire(spec: str) -> bool:
     return spec.startswith(("exec:", "http://"))
 
 
+def is_openai(spec: str) -> bool:
+    return spec.startswith("openai+")
+
+
 def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
+    if is_openai(spec):
+        from falsify.engines.adapters.openai import OpenAIEngine
+
+        try:
+            return OpenAIEngine(spec)
+        except FalsifyError as exc:
+            raise EngineError(str(exc)) from None
     if is_wire(spec):
         from falsify.engines.wire.client import WireEngine
 
@@ -110,8 +123,8 @@ def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
         target = REGISTERED.get(spec, spec)
     if ":" not in target:
         raise EngineError(
-            f'unknown engine {spec!r}: use one of {", ".join(REGISTERED)}, module:factory, exec:"CMD ARGS" or '
-            "http://HOST:PORT"
+            f'unknown engine {spec!r}: use one of {", ".join(REGISTERED)}, module:factory, exec:"CMD ARGS", '
+            "http://HOST:PORT, openai+http://127.0.0.1:PORT or openai+exec:CMD"
         )
     module_name, _, attr = target.partition(":")
     with importable(roots):

@@ -20,6 +20,8 @@ and the plugin reports each prediction needing a missing capability NOT APPLICAB
                 recurrent}
     gguf        tiny_model_path(), export_gguf(checkpoint,   write the tiny checkpoint as a llama.cpp qwen35
                 out, weights), load_checkpoint(path)        GGUF; compare with llama.cpp's converter and read back
+    openai      complete(prompt, max_tokens, ...),          requests to an OpenAI-compatible HTTP server, read
+                open_stream(...), self_report()             as its client sees them (adapters/openai.py)
 
 Three rules make the observations the engine's own rather than a story the adapter tells:
   - `prefill` must advance the state only through `model.forward(tokens, state)` of the model object it is
@@ -53,7 +55,15 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "sample": ("sampler", "greedy"),
     "trace": ("load_checkpoint", "trace"),
     "gguf": ("tiny_model_path", "export_gguf", "load_checkpoint"),
+    "openai": ("complete", "open_stream", "self_report"),
+    # measured by the adapter, not declared: does the server run one request at a time, or several at once;
+    # does it publish a tokens-predicted counter
+    "one_slot": ("complete", "open_stream"),
+    "parallel_slots": ("complete", "open_stream"),
+    "metrics": ("self_report",),
 }
+# Offered by an OpenAI-compatible server behind `--engine openai+http://...` (adapters/openai.py), not in process.
+SERVER_CAPABILITIES = frozenset({"openai", "one_slot", "parallel_slots", "metrics"})
 
 
 @runtime_checkable

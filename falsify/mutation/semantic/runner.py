@@ -292,6 +292,8 @@ class Runner:
             return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {exc}")
         diff = applied.diff(m.file)
         assert self.control is not None
+        if m.op == "text":  # its own control run, under its own `engine`, must be green first (_run_text)
+            return self._run_text(scratch, m, applied, diff, timeout)
         machine = [r for r in self.control.rows if r.id in m.kills and r.cannot_show]
         if m.kills and len(machine) == len(m.kills):
             return MutantResult(
@@ -311,8 +313,6 @@ class Runner:
                 span=applied.span,
                 detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill",
             )
-        if m.op == "text":
-            return self._run_text(scratch, m, applied, diff, timeout)
         if self.control.imported.get(self.module_of(m.file)) is None:
             return MutantResult(
                 m,

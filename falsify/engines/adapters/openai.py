@@ -1,0 +1,484 @@
+"""An OpenAI-compatible HTTP server as the engine under test: `--engine openai+http://127.0.0.1:PORT`.
+
+The harness speaks the API servers already offer (llama.cpp's llama-server, vLLM, SGLang, llama_cpp.server, the
+reference's `python -m reference.serve --openai`), with no adapter inside the server:
+
+    openai+http://127.0.0.1:8080            a server already running on the loopback
+    openai+exec:CMD ... {port} ...          a server this engine starts from CMD (shell-split, `{port}` replaced by
+                                            a free loopback port), waits for, and stops by its PID at exit
+
+The model is `--engine-model` ($FALSIFY_ENGINE_MODEL), else the first id `/v1/models` lists. Only the loopback is
+accepted: a server elsewhere is refused before any request.
+
+`complete` runs one request on /v1/completions or /v1/chat/completions, streamed (SSE) or not, and returns what
+the client saw: text, token ids where the server returns them (`token_ids`, vLLM's `return_token_ids`, asked for
+on every request), the logprob entries' token strings and logprobs, finish_reason, the usage claim, and the
+arrival time of every streamed token. `open_stream` gives the raw stream for a client that reads k tokens and
+hangs up. `self_report()` reads the server's own counters where it offers them (Prometheus /metrics, llama-server's
+/slots): a claim the falsifiers compare with their measurements, never the measurement itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import http.client
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from falsify.errors import FalsifyError
+
+MODEL_ENV = "FALSIFY_ENGINE_MODEL"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+START_TIMEOUT = 120.0  # seconds a started server has to answer /v1/models
+REQUEST_TIMEOUT = 300.0
+CONCURRENCY_TOKENS = 1000
+
+
+def probe_prompt(seed: int, n: int, low: int = 259, high: int = 512) -> list[int]:
+    """n token ids in [low, high), fixed by seed: the falsifiers' prompts (in the tiny model's GGUF vocabulary
+    these are the " t<id>" pieces; any server with a vocabulary of 512 or more takes them)."""
+    import random
+
+    rng = random.Random(seed)
+    return [rng.randrange(low, high) for _ in range(n)]
+
+
+class OpenAIError(FalsifyError):
+    """The server refused a request, answered something that is not the API, or could not be reached."""
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One request as the client saw it."""
+
+    text: str
+    token_ids: tuple[int, ...] | None  # when the server returns ids
+    pieces: tuple[str, ...] | None  # the logprob entries' token strings, when logprobs were asked for
+    logprobs: tuple[float, ...] | None
+    finish_reason: str | None
+    completion_tokens: int | None  # usage.completion_tokens: the server's claim
+    chunks: int  # SSE data chunks with a choice (0 when not streamed)
+    token_times: tuple[float, ...]  # seconds from sending the request to each streamed token's arrival
+    seconds: float  # sending the request to the end of the reply
+
+    @property
+    def tokens(self) -> tuple[Any, ...]:
+        """What identifies the emitted tokens: ids where returned, else logprob token strings."""
+        if self.token_ids is not None:
+            return self.token_ids
+        return self.pieces if self.pieces is not None else ()
+
+    @property
+    def n_tokens(self) -> int | None:
+        """Tokens counted from the reply itself (ids or logprob entries); None when it carries neither."""
+        if self.token_ids is not None:
+            return len(self.token_ids)
+        return None if self.pieces is None else len(self.pieces)
+
+
+class Stream:
+    """An open SSE reply: read tokens one at a time, then `close()` the connection (a client hanging up)."""
+
+    def __init__(
+        self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse | None, t0: float
+    ) -> None:
+        self.conn, self.response, self.t0 = conn, response, t0
+        # The socket itself: once a reply without a length arrives, http.client hands it to the response and
+        # the connection no longer holds it.
+        self.sock = conn.sock
+        self.tokens = 0
+        self.times: list[float] = []
+        self.done = False
+
+    def next_token(self) -> bool:
+        """Read until the next chunk that carries text or a token; False at the end of the stream."""
+        if self.response is None:
+            self.response = self.conn.getresponse()
+        while not self.done:
+            data = _sse_data(self.response)
+            if data is None or data == "[DONE]":
+                self.done = True
+                break
+            choice = _first_choice(json.loads(data))
+            if choice is not None and _chunk_has_token(choice):
+                self.tokens += 1
+                self.times.append(time.perf_counter() - self.t0)
+                return True
+        return False
+
+    def close(self) -> None:
+        """Hang up: shut the socket both ways and close it, as a client that goes away does."""
+        if self.sock is not None:
+            with contextlib.suppress(OSError):  # already shut by the server
+                self.sock.shutdown(socket.SHUT_RDWR)
+            self.sock.close()
+        if self.response is not None:
+            self.response.close()
+        self.conn.close()
+
+
+class OpenAIEngine:
+    name = "openai"
+    capabilities = frozenset({"openai", "one_slot", "parallel_slots", "metrics"})
+
+    def __init__(self, spec: str, model: str | None = None) -> None:
+        self.spec = spec
+        self.process: subprocess.Popen[bytes] | None = None
+        self._concurrency: tuple[bool, str] | None = None
+        rest = spec.removeprefix("openai+")
+        if rest.startswith("exec:"):
+            port = _free_port()
+            argv = [a.replace("{port}", str(port)) for a in shlex.split(rest[len("exec:") :])]
+            if not argv:
+                raise OpenAIError(f"engine {spec!r}: exec: names no command")
+            self.host, self.port = "127.0.0.1", port
+            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+            atexit.register(self.close)
+        else:
+            url = urlsplit(rest)
+            if url.scheme != "http" or url.hostname not in LOOPBACK or url.port is None:
+                raise OpenAIError(
+                    f"engine {spec!r}: expected openai+http://127.0.0.1:PORT (loopback only) or openai+exec:CMD"
+                )
+            self.host, self.port = url.hostname, url.port
+        self.model = model or os.environ.get(MODEL_ENV) or self._first_model()
+
+    def supports(self, capability: str) -> str | None:
+        if capability == "openai":
+            return None
+        if capability in ("one_slot", "parallel_slots"):
+            parallel, detail = self.concurrency()
+            if parallel == (capability == "parallel_slots"):
+                return None
+            return f"measured: {detail}"
+        if capability == "metrics":
+            return (
+                None if self.self_report() else "the server publishes no tokens-predicted counter (/metrics)"
+            )
+        return f"an OpenAI-compatible server is reached only through its HTTP API, not {capability!r}"
+
+    def concurrency(self) -> tuple[bool, str]:
+        """Whether the server runs two requests at once, measured once: a one-token request sent after a long
+        stream's first token either ends long before that stream (parallel slots: in under half the stream's
+        remaining time) or waits for it (one slot)."""
+        if self._concurrency is None:
+            long = self.open_stream(probe_prompt(1, 8), CONCURRENCY_TOKENS)
+            long.next_token()
+            t0 = time.perf_counter()
+            done: list[float] = []
+
+            def short() -> None:
+                self.complete(probe_prompt(2, 8), 1)
+                done.append(time.perf_counter() - t0)
+
+            waiter = threading.Thread(target=short)
+            waiter.start()
+            while long.next_token():
+                pass
+            long_end = time.perf_counter() - t0
+            long.close()
+            waiter.join(REQUEST_TIMEOUT)
+            # One slot: the short request waits for the stream, so both end together (ratio near 1); parallel
+            # slots: it ends while the stream still has most of its tokens to go (ratio near 0).
+            parallel = bool(done) and done[0] < 0.5 * long_end
+            detail = (
+                f"a one-token request sent after a {CONCURRENCY_TOKENS}-token stream's first token took "
+                f"{done[0] if done else float('nan'):.3f} s, the stream's rest {long_end:.3f} s: "
+                f"{'parallel slots' if parallel else 'one slot'} (parallel when under half)"
+            )
+            self._concurrency = (parallel, detail)
+        return self._concurrency
+
+    def close(self) -> None:
+        """Stop the server this engine started (by its PID's process group), if any."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    # -- requests -------------------------------------------------------------------------------------------------
+    def _conn(self, timeout: float = REQUEST_TIMEOUT) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        conn = self._conn(30)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            return response.status, response.read()
+        finally:
+            conn.close()
+
+    def _first_model(self) -> str:
+        deadline = time.monotonic() + (START_TIMEOUT if self.process is not None else 10)
+        while True:
+            try:
+                status, body = self.get("/v1/models")
+                break
+            except OSError as exc:
+                if self.process is not None and self.process.poll() is not None:
+                    raise OpenAIError(
+                        f"engine {self.spec!r}: the server exited with {self.process.returncode} before answering"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise OpenAIError(f"engine {self.spec!r}: no answer from /v1/models: {exc}") from None
+                time.sleep(0.2)
+        try:
+            models = json.loads(body)["data"]
+            return str(models[0]["id"])
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise OpenAIError(
+                f"engine {self.spec!r}: /v1/models answered {status} without a model id: {body[:200]!r}"
+            ) from None
+
+    def body(
+        self,
+        prompt: list[int] | str,
+        max_tokens: int,
+        *,
+        chat: bool = False,
+        stream: bool = False,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        logprobs: int = 0,
+    ) -> dict[str, Any]:
+        """The request body; a token-id prompt only goes to /v1/completions (chat takes text)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": stream,
+            "return_token_ids": True,
+        }
+        if chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+            if logprobs:
+                body |= {"logprobs": True, "top_logprobs": logprobs}
+        else:
+            body["prompt"] = prompt
+            if logprobs:
+                body["logprobs"] = logprobs
+        if seed is not None:
+            body["seed"] = seed
+        if stop:
+            body["stop"] = stop
+        return body
+
+    def open_stream(
+        self, prompt: list[int] | str, max_tokens: int, *, wait: bool = True, **kw: Any
+    ) -> Stream:
+        """Send a streamed request; return when the response headers arrive (wait=False: as soon as it is sent,
+        for a client that hangs up before the server answered anything)."""
+        chat = bool(kw.get("chat"))
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        conn = self._conn()
+        t0 = time.perf_counter()
+        conn.request(
+            "POST",
+            path,
+            json.dumps(self.body(prompt, max_tokens, stream=True, **kw)),
+            {"Content-Type": "application/json"},
+        )
+        if not wait:
+            return Stream(conn, None, t0)
+        response = conn.getresponse()
+        if response.status != 200:
+            text = response.read()[:300]
+            conn.close()
+            raise OpenAIError(f"POST {path} answered {response.status}: {text!r}")
+        return Stream(conn, response, t0)
+
+    def complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
+        """One request, read to its end."""
+        chat, stream = bool(kw.get("chat")), bool(kw.get("stream"))
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        conn = self._conn()
+        t0 = time.perf_counter()
+        try:
+            conn.request(
+                "POST",
+                path,
+                json.dumps(self.body(prompt, max_tokens, **kw)),
+                {"Content-Type": "application/json"},
+            )
+            response = conn.getresponse()
+            if response.status != 200:
+                raise OpenAIError(f"POST {path} answered {response.status}: {response.read()[:300]!r}")
+            if not stream:
+                reply = json.loads(response.read())
+                seconds = time.perf_counter() - t0
+                return _whole(reply, seconds)
+            return _streamed(response, t0)
+        finally:
+            conn.close()
+
+    # -- the server's self-report ---------------------------------------------------------------------------------
+    def self_report(self) -> dict[str, float] | None:
+        """The server's own counters, where it offers them: Prometheus /metrics lines ending in
+        tokens_predicted_total / generation_tokens_total (llama-server, vLLM, the reference) and llama-server's
+        /slots (`slots_processing`: slots it says are busy). None when it offers neither."""
+        report: dict[str, float] = {}
+        try:
+            status, body = self.get("/metrics")
+            if status == 200:
+                for line in body.decode("utf-8", "replace").splitlines():
+                    if line.startswith("#") or " " not in line:
+                        continue
+                    key, _, value = line.rpartition(" ")
+                    name = key.split("{")[0]
+                    if name.endswith(("tokens_predicted_total", "generation_tokens_total")):
+                        report["tokens_predicted_total"] = float(value)
+            status, body = self.get("/slots")
+            if status == 200:
+                slots = json.loads(body)
+                if isinstance(slots, list):
+                    report["slots_processing"] = float(sum(bool(s.get("is_processing")) for s in slots))
+        except (OSError, ValueError):
+            return report or None
+        return report or None
+
+
+# -- reading replies ----------------------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _sse_data(response: http.client.HTTPResponse) -> str | None:
+    """The next `data:` payload of a server-sent event stream; None at its end."""
+    data: list[str] = []
+    while True:
+        line = response.readline()
+        if not line:
+            return "\n".join(data) if data else None
+        text = line.decode("utf-8").rstrip("\r\n")
+        if not text:
+            if data:
+                return "\n".join(data)
+            continue
+        if text.startswith("data:"):
+            data.append(text[5:].lstrip(" "))
+
+
+def _first_choice(chunk: Any) -> dict[str, Any] | None:
+    if isinstance(chunk, dict) and "error" in chunk:
+        raise OpenAIError(f"the stream carried an error: {chunk['error']}")
+    choices = chunk.get("choices") if isinstance(chunk, dict) else None
+    return choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+
+
+def _content(choice: dict[str, Any]) -> str:
+    for key in ("delta", "message"):
+        part = choice.get(key)
+        if isinstance(part, dict):
+            return str(part.get("content") or "")
+    return str(choice.get("text") or "")
+
+
+def _logprob_entries(choice: dict[str, Any]) -> tuple[list[str], list[float]] | None:
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        return None
+    if isinstance(lp.get("content"), list):  # chat
+        return [str(e.get("token")) for e in lp["content"]], [float(e.get("logprob")) for e in lp["content"]]
+    if isinstance(lp.get("tokens"), list):  # completions
+        return [str(t) for t in lp["tokens"]], [float(x) for x in lp.get("token_logprobs") or []]
+    return None
+
+
+def _ids(choice: dict[str, Any]) -> list[int] | None:
+    ids = choice.get("token_ids")
+    if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
+        return list(ids)
+    return None
+
+
+def _chunk_has_token(choice: dict[str, Any]) -> bool:
+    """Whether a streamed chunk carries a token: by its ids where it has them, else its logprob entries, else
+    its text (a chunk of text alone, such as a held UTF-8 tail, is no token when ids or logprobs are there)."""
+    ids, entries = _ids(choice), _logprob_entries(choice)
+    if ids is not None:
+        return bool(ids)
+    if entries is not None:
+        return bool(entries[0])
+    return bool(_content(choice))
+
+
+def _whole(reply: Any, seconds: float) -> Completion:
+    choice = _first_choice(reply)
+    if choice is None:
+        raise OpenAIError(f"a reply without choices: {str(reply)[:300]}")
+    entries = _logprob_entries(choice)
+    ids = _ids(choice)
+    usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+    return Completion(
+        text=_content(choice),
+        token_ids=None if ids is None else tuple(ids),
+        pieces=None if entries is None else tuple(entries[0]),
+        logprobs=None if entries is None else tuple(entries[1]),
+        finish_reason=choice.get("finish_reason"),
+        completion_tokens=usage.get("completion_tokens"),
+        chunks=0,
+        token_times=(),
+        seconds=seconds,
+    )
+
+
+def _streamed(response: http.client.HTTPResponse, t0: float) -> Completion:
+    text, pieces, logprobs = [], [], []
+    ids: list[int] | None = []
+    has_entries = False
+    finish, usage_tokens, chunks, times = None, None, 0, []
+    while True:
+        data = _sse_data(response)
+        if data is None or data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
+            usage_tokens = chunk["usage"].get("completion_tokens")
+        choice = _first_choice(chunk)
+        if choice is None:
+            continue
+        chunks += 1
+        if _chunk_has_token(choice):
+            times.append(time.perf_counter() - t0)
+            got = _ids(choice)
+            if got is None:
+                ids = None
+            elif ids is not None:
+                ids.extend(got)
+        text.append(_content(choice))
+        entries = _logprob_entries(choice)
+        if entries is not None:
+            has_entries = True
+            pieces.extend(entries[0])
+            logprobs.extend(entries[1])
+        finish = choice.get("finish_reason") or finish
+    return Completion(
+        text="".join(text),
+        token_ids=None if ids is None else tuple(ids),
+        pieces=tuple(pieces) if has_entries else None,
+        logprobs=tuple(logprobs) if has_entries else None,
+        finish_reason=finish,
+        completion_tokens=usage_tokens,
+        chunks=chunks,
+        token_times=tuple(times),
+        seconds=time.perf_counter() - t0,
+    )

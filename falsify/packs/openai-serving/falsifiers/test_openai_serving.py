@@ -1,0 +1,326 @@
+"""Falsifiers of contract openai-serving-v1 (falsify/packs/openai-serving/contracts/openai-serving-v1.yaml).
+
+The engine is an OpenAI-compatible server (`--engine openai+http://127.0.0.1:PORT`, or `openai+exec:CMD`); the
+tests are its clients and measure what they judge: the tokens, text and logprobs they read and the times these
+arrive. The server's own counters (`engine.self_report()`) are only ever compared with those measurements. No
+test holds server-specific code. Every formula lives in the YAML; the tests only observe.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from typing import Any
+
+import pytest
+
+import falsify
+
+PIECE = re.compile(r" t\d+")  # a whole " t<id>" piece of the tiny model's vocabulary, as text
+
+
+def prompt(seed: int, n: int) -> list[int]:
+    """n token ids, fixed by seed, in [259, 512): the " t<id>" pieces of the tiny model's GGUF vocabulary."""
+    import random
+
+    rng = random.Random(seed)
+    return [rng.randrange(259, 512) for _ in range(n)]
+
+
+def ttft(engine: Any, ids: list[int]) -> float:
+    """Seconds from sending a one-token streamed request to its first token."""
+    stream = engine.open_stream(ids, 1)
+    try:
+        assert stream.next_token(), "the probe's stream ended without a token"
+        return float(stream.times[0])
+    finally:
+        stream.close()
+
+
+def token_seconds(engine: Any, seed: int, n: int = 64) -> float:
+    """Seconds per decoded token: a request of n tokens less one of 1 token, end to end (so a client that reads
+    buffered chunks in bursts does not skew it), per token, median of 3."""
+    ids = prompt(seed, 8)
+    per = []
+    for _ in range(3):
+        long, short = engine.complete(ids, n), engine.complete(ids, 1)
+        assert long.finish_reason == "length", f"a {n}-token request ended early ({long.finish_reason})"
+        per.append((long.seconds - short.seconds) / (n - 1))
+    return float(statistics.median(per))
+
+
+def predicted(engine: Any) -> float | None:
+    report = engine.self_report()
+    return None if report is None else report.get("tokens_predicted_total")
+
+
+def check_all(checks: list[tuple[str, dict[str, Any]]]) -> None:
+    """Check every prediction before failing, so a red run names every claim it broke."""
+    __tracebackhide__ = True
+    broken: list[falsify.ContractViolation] = []
+    for prediction_id, observed in checks:
+        try:
+            falsify.check(prediction_id, **observed)
+        except falsify.ContractViolation as exc:
+            broken.append(exc)
+    if broken:
+        for other in broken[1:]:
+            broken[0].add_note(f"also falsified: {other}")
+        raise broken[0]
+
+
+def settled(engine: Any) -> float | None:
+    """The tokens-predicted counter once it holds still (two reads 50 ms apart agree; at most 5 s): the window
+    a trial's count covers starts and ends with the server idle."""
+    value = predicted(engine)
+    for _ in range(100):
+        time.sleep(0.05)
+        again = predicted(engine)
+        if again == value:
+            break
+        value = again
+    return value
+
+
+# -- cancel on disconnect --------------------------------------------------------------------------------------------
+DECODE_MAX_TOKENS = 1000
+TRIALS = 3
+
+
+def idle_ttft(engine: Any, probe: list[int]) -> float:
+    """The slowest of 5 probes on the idle server: the baseline carries the host's own latency jitter."""
+    return max(ttft(engine, probe) for _ in range(5))
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-001", "FALSIFY-OAI-002")
+@pytest.mark.parametrize("k", [1, 5])
+def test_a_stream_hung_up_after_k_tokens_frees_the_slot(engine: Any, k: int) -> None:
+    probe = prompt(1000, 8)
+    idle = idle_ttft(engine, probe)
+    tau = token_seconds(engine, 1001)
+    extra, reported, probes = [], [], []
+    for trial in range(TRIALS):
+        stream = engine.open_stream(prompt(1100 + 10 * k + trial, 16), DECODE_MAX_TOKENS)
+        for _ in range(k):
+            assert stream.next_token(), "the stream ended before k tokens"
+        stream.close()
+        at_hangup = predicted(engine)  # the server may have decoded ahead of what the client read
+        probes.append(ttft(engine, probe))
+        extra.append((probes[-1] - idle) / tau)
+        after = settled(engine)
+        if at_hangup is not None and after is not None:
+            reported.append(after - at_hangup - 1)  # less the probe's one token
+    observed = {
+        "extra_tokens": statistics.median(extra),
+        "probe_ttft": statistics.median(probes),
+        "idle_ttft": idle,
+        "token_seconds": tau,
+        "remaining": DECODE_MAX_TOKENS - k,
+        "k": k,
+        "bound": 32,
+    }
+    checks: list[tuple[str, dict[str, Any]]] = [("FALSIFY-OAI-001", observed)]
+    if engine.supports("metrics") is None:
+        assert len(reported) == TRIALS, "the tokens-predicted counter vanished between trials"
+        checks.append(("FALSIFY-OAI-002", {"reported_extra_tokens": max(reported), "k": k, "bound": 32}))
+    check_all(checks)
+
+
+PREFILL_PROMPT = 4000
+HANG_UP_AT = 0.25
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-003")
+def test_a_client_hung_up_during_prompt_processing_frees_the_slot(engine: Any) -> None:
+    probe = prompt(2000, 8)
+    idle = idle_ttft(engine, probe)
+    # A fresh long prompt each time: a server with a prompt cache would reuse an earlier one's prefix.
+    prefill = statistics.median(ttft(engine, prompt(2001 + i, PREFILL_PROMPT)) for i in range(2))
+    fractions, probes, hangups = [], [], []
+    for trial in range(TRIALS):
+        stream = engine.open_stream(prompt(2100 + trial, PREFILL_PROMPT), 4, wait=False)
+        time.sleep(max(HANG_UP_AT * prefill - (time.perf_counter() - stream.t0), 0))
+        hangups.append(time.perf_counter() - stream.t0)
+        stream.close()
+        probes.append(ttft(engine, probe))
+        fractions.append((probes[-1] - idle) / (prefill - hangups[-1]))
+    falsify.check(
+        "FALSIFY-OAI-003",
+        late_fraction=statistics.median(fractions),
+        probe_ttft=statistics.median(probes),
+        idle_ttft=idle,
+        prefill_seconds=prefill,
+        hangup_seconds=statistics.median(hangups),
+        prompt_tokens=PREFILL_PROMPT,
+        at=HANG_UP_AT,
+        max_fraction=0.5,
+    )
+
+
+# -- max_tokens, usage, stop strings -------------------------------------------------------------------------------
+@pytest.mark.falsifies("FALSIFY-OAI-004", "FALSIFY-OAI-005")
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("max_tokens", [1, 2, 7, 24])
+def test_max_tokens_is_exact(engine: Any, max_tokens: int, stream: bool) -> None:
+    ids = prompt(3000 + max_tokens, 12)
+    longer = engine.complete(ids, max_tokens + 8, logprobs=1)
+    reply = engine.complete(ids, max_tokens, logprobs=1, stream=stream)
+    assert reply.n_tokens is not None, "the reply carries neither token ids nor logprob entries"
+    domain = {"max_tokens": max_tokens, "stream": stream}
+    checks: list[tuple[str, dict[str, Any]]] = [
+        (
+            "FALSIFY-OAI-004",
+            {
+                "tokens": list(reply.tokens),
+                "longer": list(longer.tokens),
+                "n_tokens": reply.n_tokens,
+                "finish_reason": str(reply.finish_reason),
+            }
+            | domain,
+        )
+    ]
+    if reply.completion_tokens is not None:
+        counts = {"completion_tokens": reply.completion_tokens, "n_tokens": reply.n_tokens}
+        checks.append(("FALSIFY-OAI-005", counts | domain | {"has_stop": False}))
+    check_all(checks)
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-006", "FALSIFY-OAI-005")
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("nth", [0, 2, 5])
+def test_a_stop_string_ends_the_reply_and_is_not_sent(engine: Any, nth: int, stream: bool) -> None:
+    for seed in range(4000, 4020):
+        ids = prompt(seed, 12)
+        uncut = engine.complete(ids, 32)
+        pieces = [m.group(0) for m in PIECE.finditer(uncut.text)]
+        if len(pieces) > nth:
+            break
+    else:
+        pytest.fail(f"no prompt of 20 gave a reply with {nth + 1} ' t<id>' pieces to stop on")
+    stop = pieces[nth]
+    reply = engine.complete(ids, 32, stop=[stop], stream=stream, logprobs=1)
+    checks: list[tuple[str, dict[str, Any]]] = [
+        (
+            "FALSIFY-OAI-006",
+            {
+                "text": reply.text,
+                "expected_text": uncut.text[: uncut.text.find(stop)],
+                "finish_reason": str(reply.finish_reason),
+                "stop": stop,
+                "nth": nth,
+                "stream": stream,
+            },
+        )
+    ]
+    if reply.completion_tokens is not None and reply.n_tokens is not None:
+        counts = {"completion_tokens": reply.completion_tokens, "n_tokens": reply.n_tokens}
+        checks.append(("FALSIFY-OAI-005", counts | {"max_tokens": 32, "stream": stream, "has_stop": True}))
+    check_all(checks)
+
+
+# -- stream = non-stream ---------------------------------------------------------------------------------------------
+@pytest.mark.falsifies("FALSIFY-OAI-007")
+@pytest.mark.parametrize("near_miss_stop", [False, True])
+@pytest.mark.parametrize("chat", [False, True])
+def test_stream_and_whole_replies_agree(engine: Any, chat: bool, near_miss_stop: bool) -> None:
+    stop: list[str] = []
+    for seed in range(5000, 5020):
+        ids: list[int] | str = f"Say something {seed}." if chat else prompt(seed, 12)
+        if not near_miss_stop:
+            break
+        text = engine.complete(ids, 24, chat=chat).text
+        match = re.search(r"( t\d+){2}", text)
+        if match:
+            stop = [match.group(0) + "#"]  # held back while it may still occur; it never completes here
+            break
+    else:
+        pytest.fail("no prompt of 20 gave a reply with two ' t<id>' pieces in a row")
+    whole = engine.complete(ids, 24, chat=chat, logprobs=1, stop=stop)
+    streamed = engine.complete(ids, 24, chat=chat, logprobs=1, stop=stop, stream=True)
+    falsify.check(
+        "FALSIFY-OAI-007",
+        stream_tokens=list(streamed.tokens),
+        whole_tokens=list(whole.tokens),
+        stream_text=streamed.text,
+        whole_text=whole.text,
+        stream_logprobs=list(streamed.logprobs or ()),
+        whole_logprobs=list(whole.logprobs or ()),
+        chat=chat,
+        near_miss_stop=near_miss_stop,
+    )
+
+
+# -- batch invariance, prefix reuse, seeds ---------------------------------------------------------------------------
+def gap(a: Any, b: Any) -> float:
+    a, b = list(a or ()), list(b or ())
+    if len(a) != len(b):
+        return float("inf") if a or b else 0.0
+    return max((abs(x - y) for x, y in zip(a, b, strict=True)), default=0.0)
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-008")
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_request_gives_the_same_reply_alone_and_batched(engine: Any, k: int) -> None:
+    target = prompt(6000 + k, 12)
+    alone = engine.complete(target, 16, logprobs=1)
+    others = [engine.open_stream(prompt(6100 + 10 * k + i, 12), 64) for i in range(k)]
+    try:
+        for other in others:
+            assert other.next_token(), "a batch-mate's stream ended before its first token"
+        sent = time.perf_counter()
+        batched = engine.complete(target, 16, logprobs=1)
+        for other in others:
+            while other.next_token():
+                pass
+    finally:
+        for other in others:
+            other.close()
+    # Co-batched: every batch-mate's last token arrived after the target's reply had ended.
+    late = sum(o.t0 + o.times[-1] > sent + batched.seconds for o in others)
+    assert late == k, f"only {late} of {k} batch-mates were still decoding when the target's reply ended"
+    falsify.check(
+        "FALSIFY-OAI-008",
+        alone_tokens=list(alone.tokens),
+        batched_tokens=list(batched.tokens),
+        logprob_gap=gap(alone.logprobs, batched.logprobs),
+        k=k,
+        logprob_bound=0.0,
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-009")
+@pytest.mark.parametrize("shared", [8, 40])
+def test_a_reused_prefix_gives_the_fresh_reply(engine: Any, shared: int) -> None:
+    ids = prompt(7000 + shared, shared + 16)
+    engine.complete(prompt(7100 + shared, 24), 2)  # unrelated: nothing of ids to reuse
+    fresh = engine.complete(ids, 16, logprobs=1)
+    engine.complete(ids[:shared] + prompt(7200 + shared, 16), 2)  # shares the prefix
+    reused = engine.complete(ids, 16, logprobs=1)
+    falsify.check(
+        "FALSIFY-OAI-009",
+        fresh_tokens=list(fresh.tokens),
+        reused_tokens=list(reused.tokens),
+        reuse_logprob_gap=gap(fresh.logprobs, reused.logprobs),
+        shared=shared,
+        logprob_bound=0.0,
+    )
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-010")
+@pytest.mark.parametrize("seed", [7, 123457])
+def test_a_seeded_request_repeats(engine: Any, seed: int) -> None:
+    ids = prompt(8000, 12)
+
+    def run(s: int) -> list[Any]:
+        return list(engine.complete(ids, 16, temperature=1.0, seed=s, logprobs=1).tokens)
+
+    first, again = run(seed), run(seed)
+    others = [run(seed + 1), run(seed + 2), run(seed + 3)]
+    falsify.check(
+        "FALSIFY-OAI-010",
+        first_tokens=first,
+        again_tokens=again,
+        other_seed_differs=any(o != first for o in others),
+        seed=seed,
+    )
