@@ -91,7 +91,17 @@ def test_the_gate_is_green_on_the_reference_server(
 
 def test_each_reference_server_mutant_turns_its_predictions_red(tmp_path: Path) -> None:
     assert len(MUTANTS) == 8, MUTANTS
-    cmd = [sys.executable, "-m", "falsify.cli", "mutants", *MUTANTS, "--strict", "--no-forkserver"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "falsify.cli",
+        "mutants",
+        *MUTANTS,
+        "--strict",
+        "--no-forkserver",
+        "--timeout",
+        "600",
+    ]
     cmd += ["--out", str(tmp_path)]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=1800, check=False)

@@ -1270,5 +1270,7 @@ def test_main_hands_openai_and_its_options_to_the_openai_server(
     with pytest.raises(SystemExit) as exc:
         main(None if from_argv else argv)
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.startswith("usage: python -m reference.serve --openai [-h] --port PORT")
+    assert exc.value.code == 2 and err.startswith(
+        "usage: python -m reference.serve --openai [-h] --port PORT"
+    )
     assert err.endswith("error: argument --port: invalid int value: 'x'\n")

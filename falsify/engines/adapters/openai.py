@@ -6,6 +6,7 @@ reference's `python -m reference.serve --openai`), with no adapter inside the se
     openai+http://127.0.0.1:8080            a server already running on the loopback
     openai+exec:CMD ... {port} ...          a server this engine starts from CMD (shell-split, `{port}` replaced by
                                             a free loopback port), waits for, and stops by its PID at exit
+                                            (and, on Linux, which exits when this process dies)
 
 The model is `--engine-model` ($FALSIFY_ENGINE_MODEL), else the first id `/v1/models` lists. Only the loopback is
 accepted: a server elsewhere is refused before any request.
@@ -29,6 +30,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -142,7 +144,9 @@ class OpenAIEngine:
             if not argv:
                 raise OpenAIError(f"engine {spec!r}: exec: names no command")
             self.host, self.port = "127.0.0.1", port
-            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True)
+            # In this process's group (a runner that stops the group stops the server too), and on Linux told to
+            # exit with this process (PR_SET_PDEATHSIG) should it be killed before atexit runs.
+            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_exit_with_parent)
             atexit.register(self.close)
         else:
             url = urlsplit(rest)
@@ -200,15 +204,15 @@ class OpenAIEngine:
         return self._concurrency
 
     def close(self) -> None:
-        """Stop the server this engine started (by its PID's process group), if any."""
+        """Stop the server this engine started (by its PID), if any."""
         proc, self.process = self.process, None
         if proc is None or proc.poll() is not None:
             return
-        os.killpg(proc.pid, signal.SIGTERM)
+        proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
             proc.wait(10)
 
     # -- requests -------------------------------------------------------------------------------------------------
@@ -352,6 +356,15 @@ class OpenAIEngine:
         except (OSError, ValueError):
             return report or None
         return report or None
+
+
+def _exit_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 # -- reading replies ----------------------------------------------------------------------------------------------

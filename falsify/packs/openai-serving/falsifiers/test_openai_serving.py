@@ -84,7 +84,7 @@ def settled(engine: Any) -> float | None:
 
 
 # -- cancel on disconnect --------------------------------------------------------------------------------------------
-DECODE_MAX_TOKENS = 1000
+DECODE_MAX_TOKENS = 400
 TRIALS = 3
 
 
