@@ -189,6 +189,11 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), _Handler)
         self.batcher = batcher
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up mid-reply is routine here (the disconnect predictions do it on purpose)."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server

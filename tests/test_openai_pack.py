@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,11 +46,18 @@ def free_port() -> int:
 def start(slots: int) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     cmd = [sys.executable, "-m", "reference.serve", "--openai", "--port", str(port), "--slots", str(slots)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stderr=subprocess.PIPE)
-    assert proc.stderr is not None
-    line = proc.stderr.readline().decode()  # printed once it listens
-    assert f"listening on http://127.0.0.1:{port}" in line, line
-    return proc, port
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until it answers (a pipe nobody drains could block it later)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as reply:
+                assert json.loads(reply.read())["data"][0]["id"] == "reference-tiny"
+                return proc, port
+        except OSError:
+            assert proc.poll() is None, f"the server exited with {proc.returncode}"
+            time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGTERM)
+    raise AssertionError("the reference server did not answer /v1/models in 120 s")
 
 
 @pytest.fixture
