@@ -75,6 +75,8 @@ import pytest
 pytest.importorskip("no_such_module_falsify_counts", reason="skipped at collection")
 
 
+# a falsifier module (it names the marker), so --falsify-only collects it and counts the skip
+@pytest.mark.falsifies("FALSIFY-TINY-ADD-001")
 def test_never_collected():
     pass
 """

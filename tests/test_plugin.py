@@ -297,3 +297,29 @@ def test_forwards():
 """
     )
     project.runpytest().assert_outcomes(passed=1)
+
+
+# A module that names the marker nowhere: --falsify-only does not import it (an import would fail here).
+UNMARKED = 'raise RuntimeError("imported")\n\ndef test_plain():\n    pass\n'
+HELPER = 'import pytest\n\nbound = pytest.mark.falsifies("FALSIFY-DEMO-001")\n'
+VIA_HELPER = 'import falsify\nfrom demo_marks import bound\n\n@bound\ndef test_forwards():\n    falsify.check("FALSIFY-DEMO-001", emitted=8, decode_forwards=7)\n'
+
+
+def test_falsify_only_does_not_import_a_module_that_names_no_marker(project: pytest.Pytester) -> None:
+    project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7), test_unmarked=UNMARKED)
+    result = project.runpytest("--falsify-strict", "--falsify-only", ".")
+    result.assert_outcomes(passed=2)
+    # Without --falsify-only every module is collected: the unmarked one is imported (its error stops the run).
+    project.runpytest("--falsify-strict", ".").assert_outcomes(errors=1)
+    # Named on the command line, it is collected even under --falsify-only.
+    project.runpytest("--falsify-only", "test_unmarked.py").assert_outcomes(errors=1)
+
+
+def test_falsify_only_collects_a_module_marked_through_a_helper_or_a_conftest(
+    project: pytest.Pytester,
+) -> None:
+    project.makepyfile(test_demo=BOTH_BOUND.format(forwards=7), demo_marks=HELPER, test_via_helper=VIA_HELPER)
+    project.runpytest("--falsify-strict", "--falsify-only", ".").assert_outcomes(passed=3)
+    # A conftest naming the marker could mark any item: then every module is collected.
+    project.makepyfile(test_unmarked=UNMARKED, conftest="# adds falsifies markers, say\n")
+    project.runpytest("--falsify-strict", "--falsify-only", ".").assert_outcomes(errors=1)

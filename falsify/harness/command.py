@@ -32,12 +32,14 @@ def falsifier_args(
         args.append("--falsify-strict")
     args.append("--falsify-only")
     if contracts is not None and contracts.is_dir():
-        args += ["--falsify-contracts", str(contracts)]
+        args.append(f"--falsify-contracts={contracts}")
     for name in packs:
         args += ["--falsify-pack", name]
     if rootdir is not None:
         args += ["--rootdir", str(rootdir)]
-    args += ["--falsify-results", str(results)]
+    # One token each: pytest finds its ini file from the paths among the arguments before this plugin's options
+    # are known, so a separate value outside the project (--out /tmp/x) took the ini file (pythonpath, markers) away.
+    args.append(f"--falsify-results={results}")
     args += ["--engine", engine, "-p", "no:cacheprovider"]
     for plugin in plugins:
         args += ["-p", plugin]

@@ -25,6 +25,7 @@ from falsify.engines.loading import EngineError, check_engine, engine_forms, res
 from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import CannotShowHere, Observation
+from falsify.harness.collection import UnmarkedModules
 from falsify.project import Project, ProjectError, find_project_or_none
 
 NOT_APPLICABLE = "NOT APPLICABLE: "
@@ -118,6 +119,7 @@ class FalsifyPlugin:
         # The run's tally as pytest's terminal summary counts it (per report, by pytest_report_teststatus's
         # category; collection errors and skips; deselected items), so the gate and evidence say pytest's numbers.
         self.counts: Counter[str] = Counter()
+        self.unmarked = UnmarkedModules(config)
 
     def load(self) -> Corpus:
         if self.corpus is None:
@@ -186,6 +188,12 @@ class FalsifyPlugin:
             if deselected:
                 config.hook.pytest_deselected(items=deselected)
             items[:] = keep
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        if config.getoption("falsify_only") and self.unmarked.holds_no_falsifier(collection_path):
+            return True
+        return None
 
     def _named_engine(self) -> str | None:
         return (
@@ -335,8 +343,9 @@ class FalsifyPlugin:
         elif report.when == "call" and record["outcome"] == "not run":
             record["outcome"] = "passed"
         if report.when == "teardown":
-            # After each test, so a run stopped at the gate's timeout (or killed) keeps what it had found.
-            self._write_results()
+            # After each test, so a run stopped at the gate's timeout (or killed) keeps what it had found: compact,
+            # through json's C encoder (an indented dump is pure Python, and 240 of them cost seconds of CPU).
+            self._write_results(compact=True)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.config.getoption("falsify_no_skip"):
@@ -363,7 +372,7 @@ class FalsifyPlugin:
             f"{self.where}; engine {engine or '(none configured)'}"
         )
 
-    def _write_results(self) -> None:
+    def _write_results(self, *, compact: bool = False) -> None:
         path = self.config.getoption("falsify_results")
         if not path:
             return
@@ -376,7 +385,8 @@ class FalsifyPlugin:
             "counts": dict(self.counts),
         }
         tmp = Path(f"{path}.tmp")
-        tmp.write_text(json.dumps(payload, indent=1, sort_keys=True, default=repr), encoding="utf-8")
+        text = json.dumps(payload, indent=None if compact else 1, sort_keys=True, default=repr)
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)  # a reader never sees half a file
 
 
