@@ -11,7 +11,8 @@ enforces it):
     packs/                   built-in contract packs (data): contracts with their engine-neutral falsifiers
     mutation/                semantic mutants (planted bugs from mutants/*.yaml), mutmut, the Stryker report
     evidence/                the release evidence bundle and its verification
-    cli, init                the `falsify` command over all of the above; `falsify init`'s starter files
+    cli, init, wrapper       the `falsify` command over all of the above; `falsify init`'s starter files; the
+                             harness wheel `falsify wrapper` pins in a project for its CI
 """
 
 __version__ = "0.1.0"

@@ -21,6 +21,7 @@ from falsify.project import Project, find_project
 # name -> module; modules are imported only when their command runs, so one broken part cannot break the rest.
 COMMANDS = {
     "init": "falsify.init",
+    "wrapper": "falsify.wrapper",
     "lint": "falsify.cli",
     "bindings": "falsify.cli",
     "gate": "falsify.cli",
@@ -39,6 +40,7 @@ COMMANDS = {
 
 HELP = {
     "init": "write a working starter into this repo: [tool.falsify], a contract, a falsifier, a mutant, CI",
+    "wrapper": "pin the running falsify harness in this repo: a wheel and its sha256 in .falsify-harness/ (for CI)",
     "lint": "validate contracts and mutants; report every error with file:line",
     "bindings": "print prediction -> tests, from pytest's collection",
     "gate": "lint, run the falsifiers, print one row per prediction and a verdict",

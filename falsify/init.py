@@ -2,8 +2,10 @@
 
 Writes [tool.falsify] into pyproject.toml (created if absent, appended to otherwise), an example engine module
 behind the engine protocol, one contract about it, a falsifier bound to that contract, one mutant planting the
-bug the contract guards against, and a CI workflow. `falsify lint`, `falsify gate` and `falsify mutants` pass on
-the result straight away. Existing files are never overwritten: each one is reported and left alone.
+bug the contract guards against, and a CI workflow, and pins the running harness for that workflow
+(`falsify wrapper`: its wheel and sha256 in .falsify-harness/). `falsify lint`, `falsify gate` and
+`falsify mutants` pass on the result straight away, and so does the workflow on its first run. Existing files are
+never overwritten: each one is reported and left alone.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from falsify import safefile
 from falsify.project import ProjectError, find_project_or_none
+from falsify.wrapper import DIRECTORY, SUMS, WrapperError, pin
 
 HELP = "write a working starter into this repo: [tool.falsify], a contract, a falsifier, a mutant, CI"
 EXITS = (
@@ -92,6 +95,17 @@ def run(args: argparse.Namespace) -> int:
         data = ("\n".join([*lines, ".falsify/"]) + "\n").encode("utf-8")
         safefile.replace(ignore, data, what=".gitignore", root=root)
         written.append(".gitignore (.falsify/: gate and mutant outputs)")
+    if (root / DIRECTORY / SUMS).is_file():
+        kept.append(f"{DIRECTORY}/ (already there; `falsify wrapper` replaces it)")
+    else:
+        try:
+            wheel, digest = pin(root)
+        except WrapperError as exc:
+            print(f"init: the harness was not pinned ({exc}); the CI workflow needs `falsify wrapper`")
+        else:
+            written.append(
+                f"{wheel.relative_to(root)} and {DIRECTORY}/{SUMS} (sha256 {digest[:16]}…: for CI)"
+            )
     for line in written:
         print(f"init: wrote {line}")
     for line in kept:

@@ -19,7 +19,7 @@ LAYERS = [
     ("falsify.harness", "falsify.packs"),  # packs: contracts + falsifiers that run under the harness
     ("falsify.mutation",),
     ("falsify.evidence",),
-    ("falsify.cli", "falsify.init"),
+    ("falsify.cli", "falsify.init", "falsify.wrapper"),
 ]
 
 

@@ -7,12 +7,17 @@ or `packs = ["serving"]` in [tool.falsify]), alongside their own contracts.
 A pack contract never forces mutant names on another engine: the `mutants:` a pack prediction lists name the bugs
 planted in this repo's reference engine. In a project without those mutant files they are not required; the
 project's own mutants declare in their `kills` which pack predictions they must turn red.
+
+Evidence names an installed pack's file as its distribution ships it (`PackFile`), never as a path of the project:
+`pkg:pypi/falsify-harness@0.1.0#falsify/packs/serving/contracts/x.yaml` (a package URL with the file's path inside
+the distribution as its subpath), so `falsify verify` can find it again wherever the environment installed it.
 """
 
 from __future__ import annotations
 
 import tomllib
-from importlib import resources
+from dataclasses import dataclass
+from importlib import metadata, resources
 from pathlib import Path
 
 from falsify.errors import FalsifyError
@@ -57,3 +62,71 @@ def is_pack_file(path: str | Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+DISTRIBUTION = "falsify-harness"  # the distribution the packs ship in (pyproject.toml [project] name)
+
+
+@dataclass(frozen=True, slots=True)
+class PackFile:
+    """One file of an installed pack: the distribution and version it came with, and its path inside the
+    distribution (`falsify/packs/<pack>/...`, posix)."""
+
+    distribution: str
+    version: str
+    path: str
+
+    @property
+    def name(self) -> str:
+        """A package URL (purl) with the file as its subpath: the name evidence records."""
+        return f"pkg:pypi/{self.distribution}@{self.version}#{self.path}"
+
+    @property
+    def pack(self) -> str:
+        return self.path.split("/")[2]
+
+    @classmethod
+    def parse(cls, name: str) -> PackFile | None:
+        """The PackFile a recorded name spells; None when it is not a pack file's name."""
+        if not name.startswith("pkg:pypi/") or "@" not in name or "#" not in name:
+            return None
+        head, _, path = name[len("pkg:pypi/") :].partition("#")
+        distribution, _, version = head.partition("@")
+        parts = path.split("/")
+        if (
+            len(parts) < 4
+            or parts[:2] != ["falsify", "packs"]
+            or ".." in parts
+            or not distribution
+            or not version
+        ):
+            return None
+        return cls(distribution, version, path)
+
+
+def installed_version() -> str:
+    """The installed version of the distribution the packs ship in (the package's own when it is not installed as
+    a distribution, e.g. run from a source tree)."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        from falsify import __version__
+
+        return __version__
+
+
+def pack_file(path: str | Path) -> PackFile | None:
+    """`path` as its distribution names it, when it is a file of an installed pack; None otherwise."""
+    base = root().resolve()
+    try:
+        inside = Path(path).resolve().relative_to(base.parent.parent)  # the directory holding falsify/
+    except ValueError:
+        return None
+    if not Path(path).resolve().is_relative_to(base):
+        return None
+    return PackFile(DISTRIBUTION, installed_version(), inside.as_posix())
+
+
+def locate(file: PackFile) -> Path:
+    """Where the installed distribution holds `file`'s path (it may not exist there)."""
+    return root().resolve().parent.parent / file.path

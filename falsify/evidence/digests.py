@@ -54,9 +54,13 @@ def plain_json(value: Any) -> Any:
 
 
 def scrub(value: Any, root: Path) -> Any:
-    """Make text machine-neutral: the project's absolute path becomes relative ('.'), the home directory '~'
-    (the weights cache lives there), and object addresses in reprs ('at 0x7f3a...') '0x?'."""
-    replacements = [(str(p), ".") for p in {root, root.resolve()}] + [(str(Path.home()), "~")]
+    """Make text machine-neutral: the project's absolute path becomes relative ('.'), so does the directory the
+    harness is installed in, the home directory '~' (the weights cache lives there), and object addresses in reprs
+    ('at 0x7f3a...') '0x?'."""
+    # The directory holding the installed falsify package (site-packages) goes too: a pack falsifier's path in a
+    # message reads `falsify/packs/...`, its path inside the distribution.
+    harness = Path(__file__).resolve().parent.parent.parent
+    replacements = [(str(p), ".") for p in {root, root.resolve(), harness}] + [(str(Path.home()), "~")]
     replacements.sort(key=lambda r: len(r[0]), reverse=True)  # the longest prefix first: a root inside home
 
     def fix(text: str) -> str:

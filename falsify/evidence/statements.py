@@ -35,7 +35,9 @@ from falsify.evidence.tree import (
     Inputs,
     configuration_files,
     digest_files,
+    file_name,
     harness_files,
+    pack_files,
     source_files,
     weights_files,
 )
@@ -194,9 +196,13 @@ def build(
     subjects += [descriptor(name, sha256_file(path), **{"falsify.role": "weights"}) for name, path in weights]
     configuration = digest_files(root, configuration_files(root, inputs))
     configuration += [
+        descriptor(name, sha256_file(path), **_pack_annotations(name, role))
+        for name, role, path in pack_files(root)
+    ]
+    configuration += [
         descriptor(name, sha256_file(path), **{"falsify.role": role})
         for name, role, path in harness_files(root)
-        if name not in {d["name"] for d in configuration}  # a pack's falsifiers are configuration already
+        if name not in {d["name"] for d in configuration}
     ]
     configuration.sort(key=lambda d: d["name"])
 
@@ -398,11 +404,19 @@ def _gate_ok(verdict: dict[str, Any]) -> bool:
     )
 
 
-def _rel(root: Path, file: str) -> str:
-    path = Path(file)
-    if path.is_absolute():
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    return path.as_posix()
+def _pack_annotations(name: str, role: str) -> dict[str, str]:
+    """A pack file's role, and for an installed pack the distribution, version and path inside the package."""
+    from falsify.contracts.packs import PackFile
+
+    shipped = PackFile.parse(name)
+    out = {"falsify.role": role}
+    if shipped is not None:
+        out |= {
+            "falsify.distribution": shipped.distribution,
+            "falsify.version": shipped.version,
+            "falsify.path": shipped.path,
+        }
+    return out
 
 
 def _contract_entry(root: Path, c: Any) -> dict[str, Any]:
@@ -410,7 +424,7 @@ def _contract_entry(root: Path, c: Any) -> dict[str, Any]:
         "id": c.id,
         "version": c.version,
         "title": c.title,
-        "file": _rel(root, c.file),
+        "file": file_name(root, c.file),
         "digest": {"sha256": c.sha256},
     }
 

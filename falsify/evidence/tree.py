@@ -3,11 +3,12 @@
 Subjects: the engine's sources (glob patterns, default reference/**/*.py) and the weights the engine uses (the
 tiny model's config.json + model.safetensors, located through the engine object, wherever its cache is).
 Configuration: every contract and mutant file, every file under the tests directory (falsifiers and their data,
-not what runs leave there), tox.ini and pyproject.toml.
+not what runs leave there), tox.ini and pyproject.toml, and every file of the packs the project uses (pack_files:
+an installed pack's file is named by distribution, version and path inside the package).
 Harness: the code that decides outcomes (every module of the falsify package that ran: the formula evaluator,
 the loader, the plugin, results, gate, verdict) and the JSON Schemas contracts and mutants are checked against;
 named relative to the project root when they live in it, else `falsify-harness/<path in the package's parent>`.
-Every name is a path relative to the project root (posix), never absolute.
+Every other name is a path relative to the project root (posix), never absolute.
 """
 
 from __future__ import annotations
@@ -117,27 +118,26 @@ def configuration_files(root: Path, inputs: Inputs) -> list[tuple[str, str]]:
             for p in tests.rglob("*")
             if p.is_file() and not GENERATED.intersection(p.relative_to(tests).parts)
         ]
-    out += _pack_files(root)
     out += [(name, "project") for name in ("tox.ini", "pyproject.toml") if (root / name).is_file()]
     return sorted(set(out))
 
 
-def _pack_files(root: Path) -> list[tuple[str, str]]:
-    """The contracts and falsifiers of the project's packs that live in the tree (falsify's own checkout). An
-    installed pack is outside the tree: the environment's falsify version names it."""
-    from falsify.contracts.packs import PackError, pack_dir
+def pack_files(root: Path) -> list[tuple[str, str, Path]]:
+    """(name, role, path) of every file of the project's packs: named relative to the root when the pack lives in
+    the tree (falsify's own checkout), else as its distribution ships it (packs.PackFile: distribution, version,
+    path inside the package), never as a path of this machine."""
+    from falsify.contracts.packs import PackError, pack_dir, pack_file
     from falsify.project import find_project_or_none
 
     project = find_project_or_none(root)
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str, Path]] = []
     for name in project.packs if project else ():
         try:
             base = pack_dir(name).resolve()
-            rel = base.relative_to(root.resolve())
-        except (PackError, ValueError):
-            continue
+        except PackError:
+            continue  # lint names the unknown pack; evidence is not written for a corpus that does not lint
         for p in sorted(base.rglob("*")):
-            if not p.is_file() or GENERATED.intersection(p.relative_to(base).parts):
+            if not p.is_file() or GENERATED.intersection(p.relative_to(base).parts) or p.suffix == ".pyc":
                 continue
             role = (
                 "contract"
@@ -146,8 +146,29 @@ def _pack_files(root: Path) -> list[tuple[str, str]]:
                 if p.suffix == ".py"
                 else "test-data"
             )
-            out.append(((rel / p.relative_to(base)).as_posix(), role))
+            if p.is_relative_to(root.resolve()):
+                out.append((p.relative_to(root.resolve()).as_posix(), role, p))
+            else:
+                shipped = pack_file(p)
+                assert shipped is not None  # p is under the packs' root
+                out.append((shipped.name, role, p))
     return out
+
+
+def file_name(root: Path, file: str | Path) -> str:
+    """The name evidence gives a contract file: relative to the root, or a pack file as its distribution ships
+    it; an EvidenceError (not a traceback) for anything else."""
+    from falsify.contracts.packs import pack_file
+
+    path = Path(file)
+    if not path.is_absolute():
+        return path.as_posix()
+    if path.resolve().is_relative_to(root.resolve()):
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    shipped = pack_file(path)
+    if shipped is not None:
+        return shipped.name
+    raise EvidenceError(f"{path}: outside the project root {root} and in no installed pack")
 
 
 HARNESS_PREFIX = "falsify-harness/"
@@ -156,7 +177,12 @@ HARNESS_PREFIX = "falsify-harness/"
 def harness_files(root: Path) -> list[tuple[str, str, Path]]:
     """(name, role, path) of the harness code and schemas that decide a run's outcomes (issue #19)."""
     package = Path(__file__).resolve().parent.parent  # .../falsify
-    found = [(p, "harness") for p in sorted(package.rglob("*.py")) if "__pycache__" not in p.parts]
+    # The packs are recorded as the project uses them (pack_files), not as harness code.
+    found = [
+        (p, "harness")
+        for p in sorted(package.rglob("*.py"))
+        if "__pycache__" not in p.parts and not p.is_relative_to(package / "packs")
+    ]
     # contract-v1, mutant-v1 and the wire protocol's message schemas
     found += [(p, "schema") for p in sorted(package.rglob("*.schema.json"))]
     out = []
@@ -256,5 +282,6 @@ def tree_digests(root: Path, inputs: Inputs) -> dict[str, str]:
     names = [(n, root / n) for n in source_files(root, inputs.sources)]
     names += [(n, root / n) for n, _ in configuration_files(root, inputs)]
     names += weights_files(root, inputs.engine)[0]
+    names += [(n, path) for n, _, path in pack_files(root)]
     names += [(n, path) for n, _, path in harness_files(root)]
     return {name: sha256_file(path) for name, path in names}

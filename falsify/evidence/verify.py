@@ -42,6 +42,7 @@ from falsify.evidence.tree import (
     Inputs,
     configuration_files,
     harness_files,
+    pack_files,
     source_files,
     weights_files,
 )
@@ -210,13 +211,17 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
             if d.get("annotations", {}).get("falsify.role") == "weights"
         ]
     now.update({name: ("weights", path) for name, path in weights})
+    now.update({name: (f"pack {role}", path) for name, role, path in pack_files(root)})
     now.update({name: (role, path) for name, role, path in harness_files(root) if name not in now})
+    renamed = _pack_versions(recorded, now, v)
     for name, d in sorted(recorded.items()):
+        if name in renamed:
+            continue
         # Only a name the tree itself gives is read: an invented subject (`/etc/hostname`, `../x`) is missing.
         path = now[name][1] if name in now else None
         actual = sha256_file(path) if path is not None and path.is_file() else None
         v.digest(name, d["digest"]["sha256"], actual, "working tree")
-    for name in sorted(set(now) - set(recorded)):
+    for name in sorted(set(now) - set(recorded) - set(renamed.values())):
         v.problems.append(f"{name}: {now[name][0]} not in the evidence (added since the bundle was written)")
     # Contract digests inside the evidence predicate must be the files' digests too.
     for c in ev.get("contracts", []):
@@ -323,6 +328,32 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
             v.problems.append(
                 f"{name}: does not say what the statements say (rendered again from them, it differs)"
             )
+
+
+def _pack_versions(
+    recorded: dict[str, Any], now: dict[str, tuple[str, Path]], v: Verification
+) -> dict[str, str]:
+    """A pack file recorded from one installed version that the environment now holds at another: one problem
+    naming both versions and whether the file's bytes changed. Returns recorded name -> installed name."""
+    from falsify.contracts.packs import PackFile
+
+    installed = {
+        (f.distribution, f.path): (name, f) for name in now if (f := PackFile.parse(name)) is not None
+    }
+    renamed = {}
+    for name, d in sorted(recorded.items()):
+        was = PackFile.parse(name)
+        if was is None or name in now or (was.distribution, was.path) not in installed:
+            continue
+        current, is_ = installed[(was.distribution, was.path)]
+        renamed[name] = current
+        v.checked += 1
+        same = sha256_file(now[current][1]) == d["digest"]["sha256"]
+        v.problems.append(
+            f"{was.path}: recorded from {was.distribution} {was.version}, installed is {is_.distribution} "
+            f"{is_.version} ({'same bytes' if same else 'sha256 changed'})"
+        )
+    return renamed
 
 
 def _json(path: Path, v: Verification) -> Any:

@@ -115,6 +115,9 @@ class FalsifyPlugin:
         self._engine: Any = None
         self.results: dict[str, dict[str, Any]] = {}
         self.collected: dict[str, list[str]] = {}  # falsifier node id -> the predictions it names
+        # falsifier node id -> its file: a pack's falsifier lives outside the rootdir (site-packages), where its
+        # node id alone does not find it again (the mutant runner runs it by this path)
+        self.paths: dict[str, str] = {}
         self.binding_problems: list[str] = []
         # The run's tally as pytest's terminal summary counts it (per report, by pytest_report_teststatus's
         # category; collection errors and skips; deselected items), so the gate and evidence say pytest's numbers.
@@ -158,6 +161,7 @@ class FalsifyPlugin:
             if not ids:
                 continue
             self.collected[item.nodeid] = ids
+            self.paths[item.nodeid] = str(item.path)
             for pid in ids:
                 if pid in bound:
                     bound[pid].append(item.nodeid)
@@ -379,7 +383,10 @@ class FalsifyPlugin:
         payload = {
             "engine": self._named_engine(),
             "contracts": self.where,
-            "collected": [{"nodeid": nid, "predictions": ids} for nid, ids in self.collected.items()],
+            "collected": [
+                {"nodeid": nid, "predictions": ids, "path": self.paths.get(nid)}
+                for nid, ids in self.collected.items()
+            ],
             "binding_problems": self.binding_problems,
             "tests": self.results,
             "counts": dict(self.counts),

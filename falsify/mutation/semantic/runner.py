@@ -87,6 +87,9 @@ class Control:
     imported: dict[str, str | None]  # module -> file it was imported from
     selected: tuple[str, ...] = ()  # the falsifiers the control ran: those some mutant will run
     durations: dict[str, float] = field(default_factory=dict)  # falsifier -> seconds in the control
+    # falsifier node id -> what pytest is given to run it: the node id, or for a pack's falsifier (installed
+    # outside the project) its file's path and the node id's tail
+    targets: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,13 +164,16 @@ class Runner:
     ) -> tuple[Finished, dict[str, Any] | None, dict[str, Any]]:
         rel = lambda p: p.relative_to(self.project.root)  # noqa: E731
         results, probe_out = tree / ".falsify-results.json", tree / ".falsify-probe.json"
+        known = self.control.targets if self.control is not None else {}
         argv = falsifier_args(
-            targets,
+            [known.get(t, t) for t in targets],
             contracts=tree / rel(self.project.contracts),
             results=results,
             engine=engine or self.settings.engine,
             plugins=["falsify.mutation.semantic.probe"],
             extra=["--tb=line", "-o", "addopts="],
+            # the copy is the project (its pyproject names the packs), whichever files the run names
+            rootdir=tree,
         )
         env = os.environ.copy()
         # The copy's packages must win over any editable install of the working tree: cwd and PYTHONPATH both
@@ -187,10 +193,20 @@ class Runner:
     def run_control(self, scratch: Scratch, mutants: list[Mutant]) -> Control:
         """Collect the falsifiers, then run the ones the mutants will run, on an unmutated copy."""
         tree = scratch.copy("control")
-        tests_dir = str(self.project.tests.relative_to(self.project.root))
         try:
+            # The falsifiers the gate and `falsify bindings` collect: the project's tests and its packs'.
+            where = falsifier_dirs(self.project, tree)
+            if not where:
+                return Control(
+                    False,
+                    0.0,
+                    {},
+                    [],
+                    f"no falsifier to run: no {self.project.tests} and no packs in [tool.falsify]",
+                    {},
+                )
             finished, data, _ = self.pytest(
-                scratch, tree, [tests_dir, "--collect-only"], timeout=self.settings.control_timeout
+                scratch, tree, [*where, "--collect-only"], timeout=self.settings.control_timeout
             )
             if data is None or data.get("binding_problems"):
                 problems = (data or {}).get("binding_problems") or [
@@ -198,6 +214,9 @@ class Runner:
                 ]
                 return Control(False, finished.seconds, {}, [], "\n".join(problems), {})
             tests = {c["nodeid"]: tuple(c["predictions"]) for c in data.get("collected", [])}
+            targets = {
+                c["nodeid"]: target(c["nodeid"], c.get("path"), tree) for c in data.get("collected", [])
+            }
             selected = sorted({t for m in mutants for t in self.selected_tests(m, tests)})
             if not selected:
                 return Control(
@@ -208,8 +227,14 @@ class Runner:
                     "no falsifier is bound to any prediction the mutants list in `kills`",
                     {},
                 )
+            # Built as each text mutant's copies are (docs/engine-protocol.md §10): the control runs their
+            # falsifiers too, against the engine the build makes.
+            for build in dict.fromkeys(m.build for m in mutants if m.op == "text" and m.build):
+                failed = self._build_command(scratch, build, tree, self.settings.control_timeout)
+                if failed:
+                    return Control(False, finished.seconds, tests, [], f"control copy: {failed}", {})
             finished, data, probed = self.pytest(
-                scratch, tree, selected, timeout=self.settings.control_timeout
+                scratch, tree, [targets[t] for t in selected], timeout=self.settings.control_timeout
             )
             imported = probed.get("modules", {})
             # Resolved while the copy exists: a removed path resolves to itself, hiding a link out of it.
@@ -252,6 +277,7 @@ class Runner:
             imported,
             tuple(selected),
             durations,
+            targets,
         )
 
     # -- one mutant --------------------------------------------------------------------------------------------
@@ -465,13 +491,14 @@ class Runner:
 
     def _build(self, scratch: Scratch, m: Mutant, tree: Path, timeout: float) -> str | None:
         """Run the mutant's `build` command in `tree`; a one-line failure, or None."""
-        if not m.build:
-            return None
-        finished = scratch.run(shlex.split(m.build), cwd=tree, env=os.environ.copy(), timeout=timeout)
+        return self._build_command(scratch, m.build, tree, timeout) if m.build else None
+
+    def _build_command(self, scratch: Scratch, build: str, tree: Path, timeout: float) -> str | None:
+        finished = scratch.run(shlex.split(build), cwd=tree, env=os.environ.copy(), timeout=timeout)
         if finished.returncode == 0:
             return None
         status = "timed out" if finished.returncode is None else f"exited {finished.returncode}"
-        return _tail(finished.output, f"build `{m.build}` {status}")
+        return _tail(finished.output, f"build `{build}` {status}")
 
     # -- everything ---------------------------------------------------------------------------------------------
     def run(self, mutants: list[Mutant]) -> Run:
@@ -548,6 +575,31 @@ def run_mutant_in(
     mutant = next(m for m in corpus.mutants if m.id == mutant_id)
     with Scratch(project.root, exclude=project.copy_exclude) as scratch:
         return runner.run_mutant(scratch, mutant, timeout)
+
+
+def falsifier_dirs(project: Project, tree: Path) -> list[str]:
+    """What the control collects, as the gate does: the copy's tests directory and every pack's falsifiers,
+    wherever the pack is installed (a project without tests/ still runs its packs)."""
+    from falsify.contracts.packs import falsifiers_dir
+
+    tests = tree / project.tests.relative_to(project.root)
+    own = [str(project.tests.relative_to(project.root))] if tests.is_dir() else []
+    packs = []
+    for name in project.packs:
+        path = falsifiers_dir(name).resolve()
+        # a pack inside the project (falsify's own checkout) runs from the copy, like every project file
+        inside = path.is_relative_to(project.root.resolve())
+        packs.append(str(path.relative_to(project.root.resolve())) if inside else str(path))
+    return own + packs
+
+
+def target(nodeid: str, path: str | None, tree: Path) -> str:
+    """How pytest is told to run the falsifier `nodeid` from the copy: its node id when its file is in the copy,
+    else (a pack installed outside the project) the file's path with the node id's test part."""
+    if path is None or Path(path).resolve().is_relative_to(tree.resolve()):
+        return nodeid
+    _, sep, rest = nodeid.partition("::")
+    return f"{path}{sep}{rest}"
 
 
 def progress_line(r: MutantResult) -> str:

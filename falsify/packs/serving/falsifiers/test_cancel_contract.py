@@ -68,6 +68,10 @@ def measured(
     # Logits that produced no emitted token: every decode forward past the emitted - 1 that fed a token, and the
     # prefill's when it produced no token at all.
     wasted = len(decode) - max(emitted - 1, 0) + (len(prefill) if emitted == 0 else 0)
+    # A wire engine's run record is the harness's own count of its events; what the engine says it did is its
+    # `claims` (docs/engine-protocol.md §4.5), the self-report FALSIFY-SERVE-CANCEL-011 checks. A count it does not
+    # claim falls back to the record.
+    claims = getattr(run, "claims", None) or {}
     return {
         "tokens": run.tokens,
         "emitted": emitted,
@@ -79,9 +83,9 @@ def measured(
         "stop_reason": str(run.stop_reason),
         "prompt_len": prompt_len,
         "reported_emitted": run.emitted,
-        "reported_decode_forwards": run.decode_forwards,
-        "reported_prefill_forwards": run.prefill_forwards,
-        "reported_polls": run.polls,
+        "reported_decode_forwards": claims.get("decode_forwards", run.decode_forwards),
+        "reported_prefill_forwards": claims.get("prefill_forwards", run.prefill_forwards),
+        "reported_polls": claims.get("polls", run.polls),
         "reported_positions": run.positions,
         "reported_wasted_forwards": run.wasted_forwards,
     }
