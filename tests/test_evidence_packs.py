@@ -89,6 +89,7 @@ def test_the_runner_runs_a_pack_falsifier_by_its_installed_path(tmp_path: Path) 
     own = "tests/test_x.py::test_a[1]"
     assert target(own, str(tree / "tests" / "test_x.py"), tree) == own
     assert target(own, None, tree) == own
+    assert target(own, "tests/test_x.py", tree) == own  # relative: under the rootdir, the copy
     installed = tmp_path / "venv" / "site-packages" / "falsify" / "packs" / "serving" / "falsifiers"
     nodeid = "test_cancel_contract.py::test_a_budget_cancelled_run[x::y]"
     assert (

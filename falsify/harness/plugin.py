@@ -115,8 +115,8 @@ class FalsifyPlugin:
         self._engine: Any = None
         self.results: dict[str, dict[str, Any]] = {}
         self.collected: dict[str, list[str]] = {}  # falsifier node id -> the predictions it names
-        # falsifier node id -> its file: a pack's falsifier lives outside the rootdir (site-packages), where its
-        # node id alone does not find it again (the mutant runner runs it by this path)
+        # falsifier node id -> its file, relative to the rootdir; absolute for a pack's falsifier installed outside
+        # it (site-packages), where its node id alone does not find it again (the mutant runner runs it by path)
         self.paths: dict[str, str] = {}
         self.binding_problems: list[str] = []
         # The run's tally as pytest's terminal summary counts it (per report, by pytest_report_teststatus's
@@ -161,7 +161,7 @@ class FalsifyPlugin:
             if not ids:
                 continue
             self.collected[item.nodeid] = ids
-            self.paths[item.nodeid] = str(item.path)
+            self.paths[item.nodeid] = _posix_or_absolute(item.path, config.rootpath)
             for pid in ids:
                 if pid in bound:
                     bound[pid].append(item.nodeid)
@@ -413,6 +413,11 @@ def marked_ids(item: pytest.Item) -> list[str]:
             if pid not in ids:
                 ids.append(pid)
     return ids
+
+
+def _posix_or_absolute(path: Path, root: Path) -> str:
+    """A falsifier's file relative to the rootdir (posix), or absolute when it lives elsewhere (an installed pack)."""
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def _narrowed(config: pytest.Config) -> bool:

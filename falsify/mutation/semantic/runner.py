@@ -596,7 +596,7 @@ def falsifier_dirs(project: Project, tree: Path) -> list[str]:
 def target(nodeid: str, path: str | None, tree: Path) -> str:
     """How pytest is told to run the falsifier `nodeid` from the copy: its node id when its file is in the copy,
     else (a pack installed outside the project) the file's path with the node id's test part."""
-    if path is None or Path(path).resolve().is_relative_to(tree.resolve()):
+    if path is None or not Path(path).is_absolute() or Path(path).resolve().is_relative_to(tree.resolve()):
         return nodeid
     _, sep, rest = nodeid.partition("::")
     return f"{path}{sep}{rest}"
