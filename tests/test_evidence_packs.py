@@ -15,7 +15,7 @@ from falsify.contracts.packs import PackFile
 from falsify.evidence.digests import sha256_file
 from falsify.evidence.tree import EvidenceError, file_name
 from falsify.evidence.verify import Verification, _pack_versions
-from falsify.mutation.semantic.runner import target
+from falsify.harness.command import target
 
 CONTRACT = "falsify/packs/serving/contracts/apr-serve-cancellation-v1.yaml"
 

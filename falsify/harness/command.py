@@ -1,9 +1,12 @@
-"""The one place a falsifier run's pytest arguments are built (the gate, bindings and the mutant runner share it)."""
+"""The one place a falsifier run's pytest arguments are built (the gate, bindings and the mutant runner share it),
+and what such a run collects: the project's tests and its packs' falsifiers, wherever the packs are installed."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+
+from falsify.project import Project
 
 
 def falsifier_args(
@@ -44,3 +47,30 @@ def falsifier_args(
     for plugin in plugins:
         args += ["-p", plugin]
     return [*args, "-q", *extra]
+
+
+def falsifier_dirs(project: Project, tree: Path, packs: Sequence[str] = ()) -> list[str]:
+    """What a whole-suite run collects, for the gate, bindings and the mutants' control alike: the tests directory
+    (relative, as it is in `tree`, the project or a copy of it) and the falsifiers of every pack, wherever the pack
+    is installed; a project without tests/ still runs its packs."""
+    from falsify.contracts.packs import falsifiers_dir
+
+    tests = tree / project.tests.relative_to(project.root)
+    own = [str(project.tests.relative_to(project.root))] if tests.is_dir() else []
+    found = []
+    for name in dict.fromkeys([*project.packs, *packs]):
+        path = falsifiers_dir(name).resolve()
+        # a pack inside the project (falsify's own checkout) runs from `tree`, like every project file
+        inside = path.is_relative_to(project.root.resolve())
+        found.append(str(path.relative_to(project.root.resolve())) if inside else str(path))
+    return own + found
+
+
+def target(nodeid: str, path: str | None, tree: Path) -> str:
+    """How pytest is told to run the falsifier `nodeid` from `tree`: its node id when its file is in the tree
+    (`path` relative to the rootdir), else (a pack installed outside the project) the file's path with the node
+    id's test part."""
+    if path is None or not Path(path).is_absolute() or Path(path).resolve().is_relative_to(tree.resolve()):
+        return nodeid
+    _, sep, rest = nodeid.partition("::")
+    return f"{path}{sep}{rest}"

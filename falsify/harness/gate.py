@@ -23,7 +23,7 @@ from falsify import safefile
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.errors import FalsifyError
-from falsify.harness.command import falsifier_args
+from falsify.harness.command import falsifier_args, falsifier_dirs
 from falsify.harness.proven import (
     PredictionProof,
     Proof,
@@ -81,7 +81,7 @@ def run_pytest_timed(
         "-m",
         "pytest",
         *falsifier_args(
-            [str(project.tests)] if project.tests.is_dir() else [],
+            falsifier_dirs(project, project.root, packs),
             contracts=project.contracts,
             results=results,
             engine=engine,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify.contracts.corpus import Corpus, Mutant
-from falsify.harness.command import falsifier_args
+from falsify.harness.command import falsifier_args, falsifier_dirs, target
 from falsify.harness.proven import CANNOT_SHOW_REASON
 from falsify.harness.results import Outcome, PredictionResult, per_prediction
 from falsify.mutation import executors
@@ -575,31 +575,6 @@ def run_mutant_in(
     mutant = next(m for m in corpus.mutants if m.id == mutant_id)
     with Scratch(project.root, exclude=project.copy_exclude) as scratch:
         return runner.run_mutant(scratch, mutant, timeout)
-
-
-def falsifier_dirs(project: Project, tree: Path) -> list[str]:
-    """What the control collects, as the gate does: the copy's tests directory and every pack's falsifiers,
-    wherever the pack is installed (a project without tests/ still runs its packs)."""
-    from falsify.contracts.packs import falsifiers_dir
-
-    tests = tree / project.tests.relative_to(project.root)
-    own = [str(project.tests.relative_to(project.root))] if tests.is_dir() else []
-    packs = []
-    for name in project.packs:
-        path = falsifiers_dir(name).resolve()
-        # a pack inside the project (falsify's own checkout) runs from the copy, like every project file
-        inside = path.is_relative_to(project.root.resolve())
-        packs.append(str(path.relative_to(project.root.resolve())) if inside else str(path))
-    return own + packs
-
-
-def target(nodeid: str, path: str | None, tree: Path) -> str:
-    """How pytest is told to run the falsifier `nodeid` from the copy: its node id when its file is in the copy,
-    else (a pack installed outside the project) the file's path with the node id's test part."""
-    if path is None or not Path(path).is_absolute() or Path(path).resolve().is_relative_to(tree.resolve()):
-        return nodeid
-    _, sep, rest = nodeid.partition("::")
-    return f"{path}{sep}{rest}"
 
 
 def progress_line(r: MutantResult) -> str:
