@@ -87,8 +87,7 @@ class Control:
     imported: dict[str, str | None]  # module -> file it was imported from
     selected: tuple[str, ...] = ()  # the falsifiers the control ran: those some mutant will run
     durations: dict[str, float] = field(default_factory=dict)  # falsifier -> seconds in the control
-    # falsifier node id -> what pytest is given to run it: the node id, or for a pack's falsifier (installed
-    # outside the project) its file's path and the node id's tail
+    # falsifier node id -> what pytest runs: the node id, or an installed pack's file path + the id's tail
     targets: dict[str, str] = field(default_factory=dict)
 
 
@@ -172,8 +171,7 @@ class Runner:
             engine=engine or self.settings.engine,
             plugins=["falsify.mutation.semantic.probe"],
             extra=["--tb=line", "-o", "addopts="],
-            # the copy is the project (its pyproject names the packs), whichever files the run names
-            rootdir=tree,
+            rootdir=tree,  # the copy is the project (its pyproject names the packs), whatever the run names
         )
         env = os.environ.copy()
         # The copy's packages must win over any editable install of the working tree: cwd and PYTHONPATH both
@@ -194,17 +192,10 @@ class Runner:
         """Collect the falsifiers, then run the ones the mutants will run, on an unmutated copy."""
         tree = scratch.copy("control")
         try:
-            # The falsifiers the gate and `falsify bindings` collect: the project's tests and its packs'.
-            where = falsifier_dirs(self.project, tree)
+            where = falsifier_dirs(self.project, tree)  # as the gate and `falsify bindings` collect them
             if not where:
-                return Control(
-                    False,
-                    0.0,
-                    {},
-                    [],
-                    f"no falsifier to run: no {self.project.tests} and no packs in [tool.falsify]",
-                    {},
-                )
+                why = f"no falsifier to run: no {self.project.tests} and no packs in [tool.falsify]"
+                return Control(False, 0.0, {}, [], why, {})
             finished, data, _ = self.pytest(
                 scratch, tree, [*where, "--collect-only"], timeout=self.settings.control_timeout
             )
@@ -213,10 +204,9 @@ class Runner:
                     _tail(finished.output, "pytest could not collect the falsifiers")
                 ]
                 return Control(False, finished.seconds, {}, [], "\n".join(problems), {})
-            tests = {c["nodeid"]: tuple(c["predictions"]) for c in data.get("collected", [])}
-            targets = {
-                c["nodeid"]: target(c["nodeid"], c.get("path"), tree) for c in data.get("collected", [])
-            }
+            found = data.get("collected", [])
+            tests = {c["nodeid"]: tuple(c["predictions"]) for c in found}
+            targets = {c["nodeid"]: target(c["nodeid"], c.get("path"), tree) for c in found}
             selected = sorted({t for m in mutants for t in self.selected_tests(m, tests)})
             if not selected:
                 return Control(
@@ -227,10 +217,9 @@ class Runner:
                     "no falsifier is bound to any prediction the mutants list in `kills`",
                     {},
                 )
-            # Built as each text mutant's copies are (docs/engine-protocol.md §10): the control runs their
-            # falsifiers too, against the engine the build makes.
+            # built as each text mutant's copies are (docs/engine-protocol.md §10): it runs their falsifiers too
             for build in dict.fromkeys(m.build for m in mutants if m.op == "text" and m.build):
-                failed = self._build_command(scratch, build, tree, self.settings.control_timeout)
+                failed = self._build(scratch, build, tree, self.settings.control_timeout)
                 if failed:
                     return Control(False, finished.seconds, tests, [], f"control copy: {failed}", {})
             finished, data, probed = self.pytest(
@@ -464,7 +453,7 @@ class Runner:
             try:
                 if stage == "mutant":
                     (tree / m.file).write_text(applied.mutated, encoding="utf-8")
-                failed = self._build(scratch, m, tree, timeout)
+                failed = self._build(scratch, m.build, tree, timeout)
                 if failed:
                     return error(detail=f"{stage} copy: {failed}")
                 stop = m.kills if stage == "mutant" and not self.settings.full else ()
@@ -489,11 +478,10 @@ class Runner:
                 scratch.remove(tree)
         raise AssertionError("unreachable")
 
-    def _build(self, scratch: Scratch, m: Mutant, tree: Path, timeout: float) -> str | None:
-        """Run the mutant's `build` command in `tree`; a one-line failure, or None."""
-        return self._build_command(scratch, m.build, tree, timeout) if m.build else None
-
-    def _build_command(self, scratch: Scratch, build: str, tree: Path, timeout: float) -> str | None:
+    def _build(self, scratch: Scratch, build: str | None, tree: Path, timeout: float) -> str | None:
+        """Run a text mutant's `build` command in `tree`; a one-line failure, or None."""
+        if not build:
+            return None
         finished = scratch.run(shlex.split(build), cwd=tree, env=os.environ.copy(), timeout=timeout)
         if finished.returncode == 0:
             return None
