@@ -7,7 +7,8 @@
 It implements the protocol from the document, as an engine in another language would, and shares no code with
 the harness's client (falsify/engines/wire): the same reference Session runs behind it, its model wrapped so each
 forward is reported (`$/forward`) before it runs, its cancel token a `$/poll` to the harness, its sampler the
-harness's (`$/sample`) when the request asks for it. Capabilities: generate, state, prefill.
+harness's (`$/sample`) when the request asks for it. Capabilities: generate, state, prefill; with protocol 1.1
+also lanes and sample (reference/serve_lanes.py).
 
 Exit codes: 0 after `exit` following `shutdown` (or stdin closed), 1 after `exit` without `shutdown`, 2 bad
 arguments.
@@ -27,7 +28,10 @@ from typing import IO, Any
 
 import numpy as np
 
-PROTOCOL_VERSION = "falsify-engine/1"
+PROTOCOL_VERSION = "falsify-engine/1.1"
+# The capabilities each version this server speaks carries (1.1 adds lanes and sample: reference/serve_lanes.py).
+CAPABILITIES = {"falsify-engine/1": ["generate", "state", "prefill"]}
+CAPABILITIES[PROTOCOL_VERSION] = [*CAPABILITIES["falsify-engine/1"], "lanes", "sample"]
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
     -32700,
     -32600,
@@ -115,6 +119,7 @@ class Engine:
         self.shut_down = False
         self.handles: dict[str, Any] = {}
         self._next = 0
+        self.version = PROTOCOL_VERSION
 
     def _new(self, kind: str, obj: Any) -> str:
         self._next += 1
@@ -131,21 +136,26 @@ class Engine:
     def serve(self, method: str, params: dict[str, Any], rid: int, link: Link) -> dict[str, Any]:
         if method == "initialize":
             version = _need(params, "protocolVersion", str)
-            if version != PROTOCOL_VERSION:
+            if version not in CAPABILITIES:
                 raise Refusal(
-                    UNSUPPORTED_PROTOCOL_VERSION, f"this engine speaks {PROTOCOL_VERSION}, not {version}"
+                    UNSUPPORTED_PROTOCOL_VERSION,
+                    f"this engine speaks {' and '.join(CAPABILITIES)}, not {version}",
                 )
-            self.initialized = True
+            self.initialized, self.version = True, version
             return {
-                "protocolVersion": PROTOCOL_VERSION,
+                "protocolVersion": version,
                 "engine": {"name": "reference", "version": "0.1.0"},
-                "capabilities": ["generate", "state", "prefill"],
+                "capabilities": CAPABILITIES[version],
             }
         if not self.initialized:
             raise Refusal(SERVER_NOT_INITIALIZED, f"{method} before initialize")
         if self.shut_down:
             raise Refusal(INVALID_REQUEST, f"{method} after shutdown")
         handler = getattr(self, "do_" + method, None) if method.isidentifier() else None
+        if handler is None and method.isidentifier() and self.version == PROTOCOL_VERSION:
+            from reference.serve_lanes import Serving
+
+            handler = getattr(Serving(self, Refusal), "do_" + method, None)
         if handler is None:
             raise Refusal(METHOD_NOT_FOUND, f"no method {method!r}")
         try:

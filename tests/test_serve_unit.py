@@ -141,13 +141,47 @@ def test_a_fresh_engine_is_not_initialized_and_holds_nothing() -> None:
 
 def test_initialize_answers_the_version_the_name_and_the_capabilities() -> None:
     engine = Engine()
+    assert engine.version == "falsify-engine/1.1"
     result = engine.serve("initialize", {"protocolVersion": "falsify-engine/1", "harness": {}}, 1, Recorder())
     assert result == {
         "protocolVersion": "falsify-engine/1",
         "engine": {"name": "reference", "version": "0.1.0"},
         "capabilities": ["generate", "state", "prefill"],
     }
-    assert engine.initialized is True
+    assert engine.initialized is True and engine.version == "falsify-engine/1"
+
+
+def test_initialize_with_1_1_adds_lanes_and_sample() -> None:
+    engine = Engine()
+    result = engine.serve("initialize", {"protocolVersion": "falsify-engine/1.1"}, 1, Recorder())
+    assert result == {
+        "protocolVersion": "falsify-engine/1.1",
+        "engine": {"name": "reference", "version": "0.1.0"},
+        "capabilities": ["generate", "state", "prefill", "lanes", "sample"],
+    }
+    assert engine.initialized is True and engine.version == PROTOCOL_VERSION == "falsify-engine/1.1"
+
+
+def test_a_1_1_request_is_served_under_1_1_and_not_found_under_1() -> None:
+    logits = _f32(np.array([0.0, 2.0, 2.0, 1.0], np.float32))
+    engine = ready()
+    assert engine.serve("greedy_pick", {"logits": logits}, 2, Recorder()) == {"token": 1}
+    old = Engine()
+    old.serve("initialize", {"protocolVersion": "falsify-engine/1"}, 1, Recorder())
+    r = refusal(old, "greedy_pick", {"logits": logits})
+    assert (r.code, str(r)) == (METHOD_NOT_FOUND, "no method 'greedy_pick'")
+    r = refusal(engine, "no_such_1_1_method", {})
+    assert (r.code, str(r)) == (METHOD_NOT_FOUND, "no method 'no_such_1_1_method'")
+    r = refusal(engine, "$/greedy_pick", {})
+    assert (r.code, str(r)) == (METHOD_NOT_FOUND, "no method '$/greedy_pick'")
+
+
+def test_a_1_1_refusal_is_the_servers_own_refusal() -> None:
+    engine = ready()
+    r = refusal(engine, "greedy_pick", {"logits": {"dtype": "float16"}})
+    assert (r.code, str(r)) == (INVALID_PARAMS, "params.logits: expected a float32 array object")
+    r = refusal(engine, "new_sampler", {"temperature": "NaN", "top_k": None, "top_p": None, "seed": 0})
+    assert r.code == INVALID_INPUT and "temperature" in str(r)
 
 
 def test_another_protocol_version_is_refused_and_leaves_the_engine_uninitialized() -> None:
@@ -155,7 +189,7 @@ def test_another_protocol_version_is_refused_and_leaves_the_engine_uninitialized
     r = refusal(engine, "initialize", {"protocolVersion": "falsify-engine/2"})
     assert (r.code, str(r)) == (
         UNSUPPORTED_PROTOCOL_VERSION,
-        "this engine speaks falsify-engine/1, not falsify-engine/2",
+        "this engine speaks falsify-engine/1 and falsify-engine/1.1, not falsify-engine/2",
     )
     assert engine.initialized is False
     r = refusal(engine, "initialize", {"protocolVersion": 1})
@@ -799,7 +833,7 @@ INIT = {"id": 1, "method": "initialize", "params": {"protocolVersion": PROTOCOL_
 INIT_RESULT = {
     "protocolVersion": PROTOCOL_VERSION,
     "engine": {"name": "reference", "version": "0.1.0"},
-    "capabilities": ["generate", "state", "prefill"],
+    "capabilities": ["generate", "state", "prefill", "lanes", "sample"],
 }
 
 

@@ -18,6 +18,7 @@ prompt or the previous token, a result contradicting the events) is a ProtocolVi
 from __future__ import annotations
 
 import atexit
+import hashlib
 import importlib.metadata
 import math
 import os
@@ -32,14 +33,27 @@ from falsify.engines.cancel import HarnessCancel
 from falsify.engines.prefill import Stepped
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
-from falsify.engines.wire.messages import PROTOCOL_VERSION, ErrorCode, decode_bytes, decode_f32
+from falsify.engines.wire.messages import (
+    PROTOCOL_VERSION,
+    PROTOCOL_VERSIONS,
+    V1_CAPABILITIES,
+    ErrorCode,
+    decode_bytes,
+    decode_f32,
+)
 from falsify.engines.wire.transports import TransportError, open_transport
 
 DEFAULT_TIMEOUT = 30.0  # seconds the harness waits for each message of the engine (FALSIFY_WIRE_TIMEOUT)
 DEFAULT_MAX_LINE = 16 * 2**20  # bytes in one message line (FALSIFY_WIRE_MAX_LINE)
 
 # falsify capabilities (falsify/engines/protocol.py) a wire engine can serve, and the wire capability each needs.
-SERVED = {"generate": ("generate",), "prefill": ("prefill", "state")}
+# `lanes` also needs `generate`: its falsifiers compare each stream's tokens with the same request run alone.
+SERVED = {
+    "generate": ("generate",),
+    "prefill": ("prefill", "state"),
+    "lanes": ("lanes", "generate"),
+    "sample": ("sample",),
+}
 
 
 def _env_number(name: str, default: float) -> float:
@@ -66,6 +80,7 @@ class WireEngine:
         self.max_line = int(_env_number("FALSIFY_WIRE_MAX_LINE", DEFAULT_MAX_LINE))
         self.info: dict[str, Any] = {}
         self.capabilities: frozenset[str] = frozenset()
+        self.version = ""  # the protocol version the engine answered initialize with
         self._conn: Connection | None = None
         self._failure: errors.WireError | None = None
         self._models: dict[str, WireModel] = {}
@@ -93,18 +108,29 @@ class WireEngine:
             raise errors.EngineStartError(str(exc)) from None
         conn = Connection(transport, timeout=self.timeout, max_line=self.max_line)
         atexit.register(conn.close)
-        result = conn.request(
-            "initialize",
-            {"protocolVersion": PROTOCOL_VERSION, "harness": {"name": "falsify", "version": _version()}},
-        )
-        if result["protocolVersion"] != PROTOCOL_VERSION:
+        harness = {"name": "falsify", "version": _version()}
+        result: dict[str, Any] | None = None
+        for offered in PROTOCOL_VERSIONS:  # newest first; an engine refuses a version it does not speak
+            try:
+                result = conn.request("initialize", {"protocolVersion": offered, "harness": harness})
+                break
+            except errors.ProtocolVersionMismatch as refused:
+                if offered == PROTOCOL_VERSIONS[-1]:
+                    conn.fail(refused)
+        assert result is not None
+        if result["protocolVersion"] not in PROTOCOL_VERSIONS:
             conn.fail(
                 errors.ProtocolVersionMismatch(
-                    f"engine {self.spec} speaks {result['protocolVersion']!r}; the harness speaks {PROTOCOL_VERSION!r}"
+                    f"engine {self.spec} speaks {result['protocolVersion']!r}; the harness speaks "
+                    f"{' or '.join(map(repr, PROTOCOL_VERSIONS))}"
                 )
             )
+        self.version = result["protocolVersion"]
         self.info = result["engine"]
-        self.capabilities = frozenset(result["capabilities"])
+        capabilities = frozenset(result["capabilities"])
+        if self.version != PROTOCOL_VERSION:  # a 1.0 engine: what it names beyond 1.0 is not carried
+            capabilities &= frozenset(V1_CAPABILITIES)
+        self.capabilities = capabilities
         return conn
 
     def close(self) -> None:
@@ -117,7 +143,9 @@ class WireEngine:
         self.connection()
         wire = SERVED.get(capability)
         if wire is None:
-            return f"the wire protocol ({PROTOCOL_VERSION}) does not carry {capability!r}"
+            return f"the wire protocol ({self.version}) does not carry {capability!r}"
+        if self.version != PROTOCOL_VERSION and any(c not in V1_CAPABILITIES for c in wire):
+            return f"engine {self.info.get('name', self.spec)} speaks {self.version}, which does not carry {capability!r}"
         lacking = [c for c in wire if c not in self.capabilities]
         if lacking:
             return f"engine {self.info.get('name', self.spec)} does not offer {' and '.join(map(repr, lacking))} over the wire"
@@ -134,6 +162,34 @@ class WireEngine:
 
     def cancel_token(self) -> type[HarnessCancel]:
         return HarnessCancel
+
+    def lane_host(
+        self,
+        model: Any,
+        chunk_cap: int | None = None,
+        pages: int | None = None,
+        page_size: int | None = None,
+        max_streams: int | None = None,
+    ) -> Any:
+        """A lane host in the engine (capability `lanes`, protocol 1.1). `model` is the falsifier's model object
+        (a proxy around a WireModel): each forward the engine reports is replayed through its `forward`."""
+        from falsify.engines.wire.lanes import WireLaneHost
+
+        return WireLaneHost(self, model, chunk_cap, pages, page_size, max_streams)
+
+    def sampler(
+        self, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int = 0
+    ) -> Any:
+        """A sampler in the engine (capability `sample`, protocol 1.1); bad parameters are the engine's
+        -32010, raised as ValueError."""
+        from falsify.engines.wire.sample import WireSampler
+
+        return WireSampler(self, temperature, top_k, top_p, seed)
+
+    def greedy(self) -> Any:
+        from falsify.engines.wire.sample import WireGreedy
+
+        return WireGreedy(self)
 
     def prefill(
         self,
@@ -204,10 +260,14 @@ class WireModel:
             return None
         ids = _token_list(tokens, "tokens")
         result = self._needs_state().request("forward", {"state": state.handle, "tokens": ids})
-        logits = _engine_f32(self.engine, result["logits"], "forward result logits")
-        if logits.shape != (len(ids), self.config.vocab_size):
-            raise errors.ProtocolViolation(
-                f"forward over {len(ids)} tokens returned logits of shape {list(logits.shape)}"
+        vocab = self.config.vocab_size
+        logits = checked_logits(self.engine, result["logits"], "forward result logits", (len(ids), vocab))
+        if result["pos"] != state.pos + len(ids):
+            self.engine.connection().fail(
+                errors.ProtocolViolation(
+                    f"engine {self.engine.spec}: forward of {len(ids)} tokens from {state.pos} answered pos "
+                    f"{result['pos']} [rule: a forward advances the state by its tokens]"
+                )
             )
         state.pos = result["pos"]
         return logits
@@ -225,7 +285,19 @@ class WireState:
         return _engine_bytes(self.engine, result["bytes"], "state_bytes result")
 
     def digest(self) -> str:
-        return str(self.engine.connection().request("state_digest", {"state": self.handle})["digest"])
+        """The engine's digest, checked against sha256 of the state bytes it sends for the same state."""
+        conn = self.engine.connection()
+        digest = str(conn.request("state_digest", {"state": self.handle})["digest"])
+        got = conn.request("state_bytes", {"state": self.handle})
+        measured = hashlib.sha256(_engine_bytes(self.engine, got["bytes"], "state_bytes result")).hexdigest()
+        if measured != digest:
+            conn.fail(
+                errors.ProtocolViolation(
+                    f"engine {self.engine.spec}: state_digest of {self.handle} is {digest[:16]}..., sha256 of its "
+                    f"state_bytes is {measured[:16]}... [rule: the digest is sha256 of the state bytes]"
+                )
+            )
+        return digest
 
     def copy(self) -> WireState:
         result = self.engine.connection().request("copy_state", {"state": self.handle})
@@ -297,12 +369,16 @@ class WirePrefill(Stepped):
                     f"{result['pos']}; the forwards reported bring the state to {self.state.pos}"
                 )
             )
-        self.logits = _engine_f32(self.engine, result["logits"], "prefill_step logits")
+        vocab = self.model.config.vocab_size
+        self.logits = checked_logits(self.engine, result["logits"], "prefill_step logits", (vocab,))
         if self.chunk_logits is not None:
             if result["chunk_logits"] is None:
                 raise errors.ProtocolViolation(f"engine {self.engine.spec}: keep_logits, but no chunk_logits")
+            width = len(forwards[0][1])
             self.chunk_logits.append(
-                _engine_f32(self.engine, result["chunk_logits"], "prefill_step chunk_logits")
+                checked_logits(
+                    self.engine, result["chunk_logits"], "prefill_step chunk_logits", (width, vocab)
+                )
             )
         for item in result["kept"]:
             self.kept.append(
@@ -436,10 +512,8 @@ class _Judge:
                 raise EngineRefused(
                     ErrorCode.INVALID_REQUEST, "$/sample: this generate asked for sampler greedy"
                 )
-            logits = _engine_f32(self.session.engine, params["logits"], "$/sample logits")
             vocab = self.session.model.config.vocab_size
-            if logits.shape != (vocab,):
-                self.violation(f"$/sample logits of shape {list(logits.shape)}, expected [{vocab}]")
+            logits = checked_logits(self.session.engine, params["logits"], "$/sample logits", (vocab,))
             self.sampled = int(self.sampler(logits))
             return {"token": self.sampled}
         self.token(params["token"])  # $/token
@@ -479,6 +553,11 @@ class _Judge:
         self.session.model.forward(np.asarray(fed, dtype=np.int64), EventState(start, self.session.handle))
 
     def token(self, token: int) -> None:
+        vocab = self.session.model.config.vocab_size
+        if not 0 <= token < vocab:
+            self.violation(
+                f"$/token {token} outside the vocabulary of {vocab} [rule: token ids lie in [0, vocab_size)]"
+            )
         if not self.fed_since_token:
             holds_prompt = not self.tokens and self.session.history == self.prompt
             if not holds_prompt:
@@ -537,6 +616,28 @@ def _engine_bytes(engine: WireEngine, text: str, what: str) -> bytes:
         return decode_bytes(text, what)
     except ValueError as exc:
         engine.connection().fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
+
+
+def checked_logits(engine: WireEngine, obj: dict[str, Any], what: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The float32 array an engine sent, held to the rules: the shape the request implies, every value finite
+    (a ProtocolViolation naming the rule otherwise)."""
+    logits = _engine_f32(engine, obj, what)
+    if logits.shape != shape:
+        engine.connection().fail(
+            errors.ProtocolViolation(
+                f"engine {engine.spec}: {what} of shape {list(logits.shape)}, expected {list(shape)} "
+                "[rule: logits are shaped [tokens, vocab_size] as the request implies]"
+            )
+        )
+    if not np.isfinite(logits).all():
+        bad = int(np.flatnonzero(~np.isfinite(logits.reshape(-1)))[0])
+        engine.connection().fail(
+            errors.ProtocolViolation(
+                f"engine {engine.spec}: {what} holds {logits.reshape(-1)[bad]} at flat index {bad} "
+                "[rule: logits are finite]"
+            )
+        )
+    return logits
 
 
 def _version() -> str:

@@ -218,7 +218,11 @@ class Connection:
         code, text = error.get("code"), str(error.get("message", ""))
         if code == ErrorCode.INVALID_INPUT:
             raise errors.EngineRefusal(text)  # a ValueError, as an in-process engine's refusal
+        if code == ErrorCode.LANE_REFUSED:
+            raise errors.LaneRefused(text)
         if code == ErrorCode.UNSUPPORTED_PROTOCOL_VERSION:
+            if method == "initialize":  # the engine stays up: the harness may offer an older version
+                raise errors.ProtocolVersionMismatch(f"{self._who()}: {text}")
             self.fail(errors.ProtocolVersionMismatch(f"{self._who()}: {text}"))
         try:
             name = ErrorCode(code).name if isinstance(code, int) else f"code {code!r}"

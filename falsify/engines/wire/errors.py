@@ -52,3 +52,8 @@ class EngineRefusal(ValueError):
     Only `Connection` raises it, and only for that reply. Nothing the harness parses or checks raises a bare
     ValueError out of a wire call (a malformed line or array is a MalformedMessage), so a falsifier that expects
     a refusal cannot pass on a parsing failure. Not a WireError: the connection stays usable."""
+
+
+class LaneRefused(RuntimeError):
+    """Error -32013: a `lane_submit` the engine's lane host cannot fit (all lanes held, too few free pages); nothing
+    was allocated. Not a WireError: the engine keeps serving, as an in-process host's LaneRefused."""

@@ -19,7 +19,11 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-PROTOCOL_VERSION = "falsify-engine/1"
+PROTOCOL_VERSION = "falsify-engine/1.1"  # what the harness offers first
+PROTOCOL_VERSIONS = (
+    "falsify-engine/1.1",
+    "falsify-engine/1",
+)  # what it speaks; 1 is 1.1 without lanes, sample
 
 # Methods the harness sends, the engine sends, and which of them are notifications (no reply).
 HARNESS_REQUESTS = (
@@ -37,6 +41,20 @@ HARNESS_REQUESTS = (
     "state_digest",
     "prefill_open",
     "prefill_step",
+    # 1.1
+    "lane_host",
+    "lane_submit",
+    "lane_round",
+    "lane_cancel",
+    "lane_resume",
+    "lane_leave",
+    "lane_status",
+    "lane_digest",
+    "release_lane_host",
+    "new_sampler",
+    "sample_pick",
+    "sample_draw",
+    "greedy_pick",
 )
 HARNESS_NOTIFICATIONS = ("exit", "$/cancelRequest")
 ENGINE_REQUESTS = ("$/poll", "$/sample")
@@ -55,7 +73,22 @@ WIRE_CAPABILITIES: dict[str, tuple[str, ...]] = {
         "state_digest",
     ),
     "prefill": ("prefill_open", "prefill_step"),  # with "state": a prefill advances a state handle
+    # 1.1
+    "lanes": (
+        "load_model",
+        "lane_host",
+        "lane_submit",
+        "lane_round",
+        "lane_cancel",
+        "lane_resume",
+        "lane_leave",
+        "lane_status",
+        "lane_digest",
+        "release_lane_host",
+    ),
+    "sample": ("new_sampler", "sample_pick", "sample_draw", "greedy_pick"),
 }
+V1_CAPABILITIES = ("generate", "state", "prefill")  # what falsify-engine/1 carries
 
 
 class ErrorCode(IntEnum):
@@ -71,6 +104,7 @@ class ErrorCode(IntEnum):
     INVALID_INPUT = -32010  # well-formed, but the values are refused (token id outside the vocabulary, ...)
     UNKNOWN_HANDLE = -32011
     CAPABILITY_NOT_OFFERED = -32012
+    LANE_REFUSED = -32013  # 1.1: a lane_submit the host cannot fit (lanes or pages); nothing was allocated
     REQUEST_CANCELLED = -32800
 
 
@@ -123,6 +157,12 @@ def decode_f32(obj: dict[str, Any], what: str) -> np.ndarray:
     if len(raw) != 4 * int(np.prod(shape, dtype=np.int64)):
         raise ValueError(f"{what}: {len(raw)} bytes of data for float32 shape {list(shape)}")
     return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
+
+
+def encode_f64(array: np.ndarray) -> dict[str, Any]:
+    """An exact float64 array (the uniforms of `sample_pick`): base64 of its little-endian bytes."""
+    a = np.ascontiguousarray(array, dtype="<f8")
+    return {"dtype": "float64", "shape": list(a.shape), "data": base64.b64encode(a.tobytes()).decode("ascii")}
 
 
 def decode_bytes(text: str, what: str) -> bytes:
