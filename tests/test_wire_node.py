@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node (Node.js 20) is not on PATH")
 
 
-def run(engine: Path, results: Path) -> tuple[int, dict[str, dict[str, object]]]:
+def run(engine: Path, results: Path) -> tuple[int, dict[str, dict[str, Any]]]:
     env = os.environ.copy()
     env.update(PYTHONPATH=str(ROOT), HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0")
     cmd = [
@@ -43,8 +44,10 @@ def run(engine: Path, results: Path) -> tuple[int, dict[str, dict[str, object]]]
 
 def test_node_engine_passes_every_serving_falsifier(tmp_path: Path) -> None:
     code, tests = run(ENGINE, tmp_path / "results.json")
-    not_passed = {k: r["outcome"] for k, r in tests.items() if r["outcome"] != "passed"}  # a skip: NOT APPLICABLE
-    assert len(tests) >= 100 and not not_passed, not_passed
+    not_passed = {
+        k: r["outcome"] for k, r in tests.items() if r["outcome"] != "passed"
+    }  # a skip: NOT APPLICABLE
+    assert code == 0 and len(tests) >= 100 and not not_passed, not_passed
     checked = {p for r in tests.values() for p in r["predictions"]}
     contracts = (ROOT / "falsify" / "packs" / "serving" / "contracts").glob("*.yaml")
     want = {p for c in contracts for p in re.findall(r"^  - id: (FALSIFY-[A-Z0-9-]+)$", c.read_text(), re.M)}
@@ -67,4 +70,6 @@ def test_its_text_mutants_are_killed(tmp_path: Path, mutant: str, listed: int) -
     report = json.loads((tmp_path / "mutation-report.json").read_text(encoding="utf-8"))
     statuses = [m["status"] for f in report["files"].values() for m in f["mutants"]]
     assert statuses == ["Killed"], statuses
-    assert f"{mutant}: KILLED" in proc.stdout and f"by {listed}/{listed} listed" in proc.stdout, proc.stdout[-3000:]
+    assert f"{mutant}: KILLED" in proc.stdout and f"by {listed}/{listed} listed" in proc.stdout, proc.stdout[
+        -3000:
+    ]

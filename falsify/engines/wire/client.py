@@ -33,6 +33,7 @@ from falsify.engines.cancel import HarnessCancel
 from falsify.engines.prefill import Stepped
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
+from falsify.engines.wire.events import EventState, _token_list
 from falsify.engines.wire.messages import (
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
@@ -388,14 +389,6 @@ class WirePrefill(Stepped):
         return self._done
 
 
-@dataclass(slots=True)
-class EventState:
-    """The stand-in state a reported forward is replayed with through the session's model object."""
-
-    pos: int
-    session: str
-
-
 @dataclass(frozen=True, slots=True)
 class WireRun:
     """What one generate emitted and cost, as the harness counted it from the engine's events."""
@@ -645,20 +638,3 @@ def _version() -> str:
         return importlib.metadata.version("falsify")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-def _token_list(tokens: Any, what: str) -> list[int]:
-    if isinstance(tokens, str | bytes):
-        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
-    if hasattr(tokens, "tolist"):
-        tokens = tokens.tolist()
-    try:
-        items = list(tokens)
-    except TypeError:
-        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}") from None
-    out = []
-    for i, t in enumerate(items):
-        if isinstance(t, bool) or not isinstance(t, int | np.integer):
-            raise ValueError(f"{what}[{i}] is {t!r}, not an int token id")
-        out.append(int(t))
-    return out

@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from falsify.engines.wire import errors
-from falsify.engines.wire.client import EventState, WireEngine, _token_list
-from falsify.engines.wire.connection import EngineRefused
+from falsify.engines.wire.connection import Connection, EngineRefused
+from falsify.engines.wire.events import EventState, _token_list
 from falsify.engines.wire.messages import ErrorCode
 
 
@@ -68,7 +68,7 @@ _handles = count(1)  # cancel-token handles, unique within the harness process
 class WireLaneHost:
     def __init__(
         self,
-        engine: WireEngine,
+        engine: Any,  # a WireEngine
         model: Any,
         chunk_cap: int | None,
         pages: int | None,
@@ -96,7 +96,8 @@ class WireLaneHost:
         return self.engine.connection().request(method, {"host": self.handle, **params}, on_engine)
 
     def violation(self, text: str) -> NoReturn:
-        self.engine.connection().fail(errors.ProtocolViolation(f"engine {self.engine.spec}: {text}"))
+        conn: Connection = self.engine.connection()
+        conn.fail(errors.ProtocolViolation(f"engine {self.engine.spec}: {text}"))
 
     def submit(self, prompt: Any, max_tokens: int, cancel: Any = None) -> int:
         ids = _token_list(prompt, "prompt")
