@@ -190,3 +190,55 @@ def test_a_copy_is_independent_of_its_state(engine: Any, model: Any, n: int, k: 
     )
     copy.release()
     state.release()
+
+
+def rule_cuts(start: int, n: int, chunk_cap: int, planned: list[int]) -> list[int]:
+    """The cuts engine-protocol.md section 4.12 gives, computed here: from pos, the first of pos + chunk_cap, the
+    next planned position after pos, the end."""
+    out, pos = [], start
+    while pos < n:
+        pos = min([pos + chunk_cap, n, *(p for p in planned if p > pos)])
+        out.append(pos)
+    return out
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-021", requires=["prefill"])
+@pytest.mark.parametrize(
+    ("start", "n", "chunk_cap", "marks", "starts"),
+    [
+        (0, 300, 64, [], []),
+        (10, 300, 64, [], []),  # off the cap's multiples from the first chunk
+        (0, 300, 64, [10], []),  # a mark moves every later cut
+        (0, 260, 128, [], [70, 75]),
+        (63, 200, 64, [100], [150]),
+        (130, 131, 64, [], []),
+        (1, 400, 128, [5, 200], [6]),
+    ],
+)
+def test_each_chunk_ends_at_pos_plus_the_cap(
+    engine: Any, model: Any, start: int, n: int, chunk_cap: int, marks: list[int], starts: list[int]
+) -> None:
+    rec = CountingModel(model)
+    prompt = prompt_of(model, n, seed=start + n)
+    state = model.new_state()
+    if start:
+        model.forward(
+            np.asarray(prompt[:start], np.int64), state
+        )  # not through the proxy: not a cut of the pass
+    since = len(rec.calls)
+    pf = engine.prefill(rec, state, prompt, chunk_cap=chunk_cap, marks=marks, starts=starts)
+    pf.run()
+    measured = cuts(rec, pf.state, since)
+    falsify.check(
+        "FALSIFY-SERVE-PREFILL-021",
+        pass_start=start,
+        n=n,
+        chunk_cap=chunk_cap,
+        marks=marks,
+        starts=starts,
+        cuts=measured,
+        planned_cuts=rule_cuts(start, n, chunk_cap, sorted({*marks, *starts})),
+    )
+    for kept in pf.kept:
+        kept.state.release()
+    pf.state.release()
