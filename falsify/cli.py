@@ -263,10 +263,16 @@ def add_engine(sub: argparse._SubParsersAction) -> None:
     p = _parser(
         sub,
         "engine",
-        "0 the engine loads and implements every capability it claims; 2 it cannot be loaded, or claims a "
-        "capability without its methods",
+        "0 the engine loads and implements every capability it claims; 1 --conformance: a probe failed or a part "
+        "of the protocol went unexercised; 2 it cannot be loaded, or claims a capability without its methods",
     )
     p.add_argument("action", choices=["check"], help="check: load the engine and print its conformance table")
+    p.add_argument(
+        "--conformance",
+        action="store_true",
+        help="a wire engine (exec:/http:): exercise every message and error of docs/engine-protocol.md and print "
+        "a table of messages x times exercised",
+    )
     _engine_args(p)
 
 
@@ -309,7 +315,35 @@ def run_engine(args: argparse.Namespace) -> int:
         raise EngineError(
             f"engine {spec!r} claims {', '.join(r.capability for r in broken)} without the methods"
         )
+    if getattr(args, "conformance", False):
+        return _conformance(engine, spec)
     return 0
+
+
+def _conformance(engine: object, spec: str) -> int:
+    from falsify.engines.loading import EngineError
+    from falsify.engines.wire.client import WireEngine
+    from falsify.engines.wire.conformance import probes, spec_parts, unexercised
+    from falsify.table import table
+
+    if not isinstance(engine, WireEngine):
+        raise EngineError(
+            f"--conformance exercises the wire protocol; {spec!r} is not a wire engine (exec:, http:)"
+        )
+    conn = engine.connection()
+    results = probes(engine)
+    engine.close()  # shutdown, then exit: exercised too
+    print(table(["probe", "outcome"], [[r.name, r.outcome] for r in results]))
+    parts = spec_parts()
+    print(table(["message or error", "exercised"], [[p, str(conn.seen.get(p, 0))] for p in parts]))
+    failed = [r for r in results if r.outcome.startswith("FAIL")]
+    missing = unexercised(conn.seen, parts)
+    print(
+        f"conformance: {spec}: {len(results) - len(failed)} of {len(results)} probes ok; {len(parts) - len(missing)} "
+        f"of {len(parts)} messages and errors exercised"
+        + (f"; unexercised: {', '.join(missing)}" if missing else "")
+    )
+    return 1 if failed or missing else 0
 
 
 def add_packs(sub: argparse._SubParsersAction) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -42,6 +43,9 @@ class Connection:
         self.timeout = timeout
         self.max_line = max_line
         self.failure: errors.WireError | None = None
+        # what this conversation exercised: each method sent or received, and each error code received
+        # ("error -32010"); `falsify engine check --conformance` prints it (falsify/engines/wire/conformance.py)
+        self.seen: Counter[str] = Counter()
         self._next_id = 1
         self._answered = False  # a message of the engine's has been read
         self._lock = threading.Lock()  # one request in flight: the protocol is not pipelined
@@ -75,6 +79,7 @@ class Connection:
 
     def notify(self, method: str, params: dict[str, Any], *, timeout: float | None = None) -> None:
         if self.failure is None:
+            self.seen[method] += 1
             self._send(
                 {"method": method, "params": params},
                 request_id=None,
@@ -98,6 +103,7 @@ class Connection:
                 raise self.failure
             rid = self._next_id
             self._next_id += 1
+            self.seen[method] += 1
             waiting = f"waiting for the reply to {method} (id {rid})"
             now = time.monotonic()
             self._quiet_until = now + self.timeout
@@ -186,6 +192,7 @@ class Connection:
 
     def _engine_message(self, message: dict[str, Any], on_engine: OnEngine | None, during: str) -> None:
         method, params, mid = message["method"], message["params"], message.get("id")
+        self.seen[method] += 1
         if method == "$/log":
             return
         known = ENGINE_REQUESTS if mid is not None else ENGINE_NOTIFICATIONS
@@ -216,6 +223,7 @@ class Connection:
 
     def _error_reply(self, method: str, error: dict[str, Any]) -> dict[str, Any]:
         code, text = error.get("code"), str(error.get("message", ""))
+        self.seen[f"error {code}"] += 1
         if code == ErrorCode.INVALID_INPUT:
             raise errors.EngineRefusal(text)  # a ValueError, as an in-process engine's refusal
         if code == ErrorCode.LANE_REFUSED:

@@ -1,0 +1,195 @@
+"""`falsify engine check --conformance`: exercise every message and error of the wire protocol on an engine.
+
+Each probe drives the engine through the harness's wire client (WireEngine) and checks one rule of
+docs/engine-protocol.md: copy_state independence both ways, the releases, `$/cancelRequest`, a null `chunk_cap`,
+non-empty `starts` and `marks`, each -32010 refusal, -32011, -32013, -32601, the lane host, the sampler, then
+`shutdown` and `exit`. The connection counts what was exercised (Connection.seen); `table()` lists every message
+and error code of the spec with its count, so a part the run left unexercised shows as 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from falsify.engines.wire import errors
+from falsify.engines.wire.messages import (
+    ENGINE_NOTIFICATIONS,
+    ENGINE_REQUESTS,
+    HARNESS_NOTIFICATIONS,
+    HARNESS_REQUESTS,
+    ErrorCode,
+)
+
+# The errors an engine sends that a conformance run must provoke (-32700/-32600/-32602/-32603/-32001/-32002 are
+# answers to a harness that breaks the protocol, which this harness never does; -32012 is retired; -32800 is
+# optional).
+PROVOKED = (
+    ErrorCode.METHOD_NOT_FOUND,
+    ErrorCode.INVALID_INPUT,
+    ErrorCode.UNKNOWN_HANDLE,
+    ErrorCode.LANE_REFUSED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    name: str
+    outcome: str  # "ok", "FAIL: ...", or "skipped: ..." (the capability is not offered)
+
+
+def _refused(call: Callable[[], Any], what: str) -> None:
+    try:
+        call()
+    except errors.EngineRefusal:
+        return
+    raise AssertionError(f"{what} was not refused with -32010")
+
+
+def _error(call: Callable[[], Any], code: ErrorCode, what: str) -> None:
+    try:
+        call()
+    except errors.EngineErrorReply as exc:
+        if code.name in str(exc):
+            return
+        raise AssertionError(f"{what}: {exc}") from None
+    raise AssertionError(f"{what} was not refused with {int(code)} ({code.name})")
+
+
+def probes(engine: Any) -> list[Probe]:
+    """Run every probe the engine's capabilities allow; each outcome one line."""
+    conn = engine.connection()
+    caps = engine.capabilities
+    model = engine.load_model("f32")
+    vocab = model.config.vocab_size
+    out: list[Probe] = []
+
+    def probe(name: str, needs: str, body: Callable[[], None]) -> None:
+        if needs not in caps:
+            out.append(Probe(name, f"skipped: the engine does not offer {needs!r}"))
+            return
+        try:
+            body()
+        except (AssertionError, ValueError, RuntimeError, errors.WireError) as exc:
+            out.append(Probe(name, f"FAIL: {exc}"))  # after a WireError every later probe fails with it too
+        else:
+            out.append(Probe(name, "ok"))
+
+    def generate() -> None:
+        session = engine.session(model)
+        run = session.generate(
+            [1, 2, 3], 3, cancel=engine.cancel_token()()
+        )  # a counting token, never cancelled
+        assert run.emitted == 3 and run.polls == 3, f"3 tokens with 3 polls, got {run.emitted}, {run.polls}"
+        picked = session.generate([4, 5], 2, sampler=lambda logits: int(np.argmin(logits)))
+        assert picked.emitted == 2
+        cancelled = session.generate([6], 5, cancel=engine.cancel_token().with_budget(1))
+        assert cancelled.stop_reason == "cancelled" and cancelled.emitted == 1
+        _refused(lambda: session.generate([], 2), "generate with an empty prompt")
+        _refused(lambda: session.generate([vocab], 2), "generate with a token id of vocab_size")
+        context = model.config.max_position_embeddings
+        _refused(lambda: session.generate([1] * context, 2), "generate past the context")
+        session.release()
+        _error(lambda: session.generate([1], 1), ErrorCode.UNKNOWN_HANDLE, "generate on a released session")
+
+    def state() -> None:
+        a = model.new_state()
+        model.forward(np.asarray([1, 2, 3]), a)
+        b = a.copy()
+        a_bytes, b_bytes = a.to_bytes(), b.to_bytes()
+        assert a_bytes == b_bytes, "a copy's bytes differ from its original's"
+        assert a.digest() == hashlib.sha256(a_bytes).hexdigest()
+        model.forward(np.asarray([4]), b)
+        assert a.to_bytes() == a_bytes, "advancing the copy changed the original's bytes"
+        b_after = b.to_bytes()
+        model.forward(np.asarray([5, 6]), a)
+        assert b.to_bytes() == b_after, "advancing the original changed the copy's bytes"
+        _refused(lambda: model.forward(np.asarray([vocab]), a), "forward with a token id of vocab_size")
+        b.release()
+        _error(lambda: b.to_bytes(), ErrorCode.UNKNOWN_HANDLE, "state_bytes on a released state")
+        a.release()
+
+    def prefill() -> None:
+        prompt = [int(t) % vocab for t in range(7, 7 + 40)]
+        s = model.new_state()
+        pf = engine.prefill(model, s, prompt, chunk_cap=None, marks=[10], starts=[25], keep_logits=True)
+        pf.run()
+        assert pf.done and pf.pos == len(prompt) and len(pf.kept) == 1, "a null chunk_cap pass with a mark"
+        t = model.new_state()
+        resumed = engine.prefill(model, t, [*prompt[:10], 99 % vocab], kept=pf.kept)
+        assert resumed.pos == 10, f"a kept prefix of 10 restored, the pass starts at {resumed.pos}"
+        resumed.run()
+        _refused(
+            lambda: engine.prefill(model, model.new_state(), prompt, marks=[len(prompt)]), "a mark at the end"
+        )
+        for k in pf.kept:
+            k.state.release()
+        pf.state.release()
+        resumed.state.release()
+
+    def cancel_request() -> None:
+        conn.notify("$/cancelRequest", {"id": 10**9})  # a request it never had: it must go on serving
+        assert engine.load_model("f32").config.vocab_size == vocab
+
+    def unknown_method() -> None:
+        _error(lambda: conn.request("no_such_method", {}), ErrorCode.METHOD_NOT_FOUND, "an unknown method")
+
+    def lanes() -> None:
+        host = engine.lane_host(model, chunk_cap=None, pages=4, page_size=16, max_streams=2)
+        cancel = engine.cancel_token()
+        a = host.submit([1, 2, 3], 3, cancel=cancel.with_budget(2))
+        b = host.submit([4] * 20, 2)
+        _refused(lambda: host.submit([5], 0), "lane_submit with max_tokens 0")
+        try:
+            host.submit([6] * 80, 2)
+        except errors.LaneRefused:
+            pass
+        else:
+            raise AssertionError("a submit past the pool was admitted")
+        host.round()
+        host.cancel(b)
+        host.resume(b)
+        host.run()
+        assert len(host.tokens(a)) == 2 and host.stats(a).phase == "done", "stream a: budget 2"
+        assert len(host.state_digest(a)) == 64
+        free, used, total = host.pool()
+        assert free + used == total
+        host.leave(a)
+        host.leave(b)
+        host.release()
+
+    def sample() -> None:
+        sampler = engine.sampler(temperature=1.0, top_k=2, seed=0)
+        row = np.array([1.0, 1.0, 1.0, 0.0], np.float32)
+        assert list(sampler.pick(row, np.array([0.0, 0.5]))) == [0, 1]
+        assert sampler(row) in (0, 1)
+        assert engine.greedy()(np.array([0.0, 2.0, 2.0], np.float32)) == 1
+        _refused(lambda: engine.sampler(temperature=float("nan")), "a NaN temperature")
+
+    probe("generate, $/poll, $/forward, $/token, $/sample, refusals", "generate", generate)
+    probe("state: copy independence both ways, bytes, digest, releases", "state", state)
+    probe("prefill: null chunk_cap, marks, starts, kept prefix, refusal", "prefill", prefill)
+    probe("$/cancelRequest: the engine goes on serving", "generate", cancel_request)
+    probe("an unknown method is -32601", "generate", unknown_method)
+    probe("lanes: submit, round, cancel, resume, leave, status, digest, -32013", "lanes", lanes)
+    probe("sample: pick, draw, greedy, refusal", "sample", sample)
+    return out
+
+
+def spec_parts() -> list[str]:
+    """Every message of the spec and every error code a conformance run provokes."""
+    return [
+        *HARNESS_REQUESTS,
+        *HARNESS_NOTIFICATIONS,
+        *ENGINE_REQUESTS,
+        *(m for m in ENGINE_NOTIFICATIONS if m != "$/log"),  # $/log: an engine MAY send it
+        *(f"error {int(c)}" for c in PROVOKED),
+    ]
+
+
+def unexercised(seen: dict[str, int], parts: list[str] | None = None) -> list[str]:
+    return [p for p in (parts or spec_parts()) if not seen.get(p)]

@@ -1,0 +1,48 @@
+"""`falsify engine check --conformance` (falsify/engines/wire/conformance.py): on the reference server every probe
+passes and every message and error of the spec is exercised; on a lying engine (tests/fixtures/wire/lying_engine.py)
+the probe its lie breaks fails by name and the command exits 1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LIAR = ROOT / "tests" / "fixtures" / "wire" / "lying_engine.py"
+
+
+def check(engine: str) -> subprocess.CompletedProcess[str]:
+    env = os.environ.copy()
+    env.update(PYTHONPATH=str(ROOT), PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "falsify.cli", "engine", "check", "--conformance", "--engine", engine]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_the_reference_server_exercises_every_message_and_error() -> None:
+    proc = check(f"exec:{sys.executable} -m reference.serve")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.endswith("7 of 7 probes ok; 37 of 37 messages and errors exercised"), last
+    rows = [
+        line.split() for line in proc.stdout.splitlines() if line.startswith(("lane_round ", "error -32013"))
+    ]
+    assert rows == [["lane_round", rows[0][1]], ["error", "-32013", "1"]] and int(rows[0][1]) >= 1, rows
+
+
+@pytest.mark.parametrize(
+    ("mode", "probe", "says"),
+    [
+        ("alias", "state: copy independence", "advancing the copy changed the original's bytes"),
+        ("accepts", "sample: pick, draw, greedy, refusal", "a NaN temperature was not refused with -32010"),
+        ("digest", "state: copy independence", "[rule: the digest is sha256 of the state bytes]"),
+    ],
+)
+def test_a_lie_fails_its_probe(mode: str, probe: str, says: str) -> None:
+    proc = check(f"exec:{sys.executable} {LIAR} {mode}")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith(probe))
+    assert "FAIL:" in line and says in line, line
