@@ -24,7 +24,7 @@ import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
@@ -33,14 +33,12 @@ from falsify.engines.cancel import HarnessCancel
 from falsify.engines.prefill import Stepped
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
-from falsify.engines.wire.events import EventState, _token_list
+from falsify.engines.wire.events import EventState, WireRun, _engine_bytes, _token_list, checked_logits
 from falsify.engines.wire.messages import (
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
     V1_CAPABILITIES,
     ErrorCode,
-    decode_bytes,
-    decode_f32,
 )
 from falsify.engines.wire.transports import TransportError, open_transport
 
@@ -172,8 +170,7 @@ class WireEngine:
         page_size: int | None = None,
         max_streams: int | None = None,
     ) -> Any:
-        """A lane host in the engine (capability `lanes`, protocol 1.1). `model` is the falsifier's model object
-        (a proxy around a WireModel): each forward the engine reports is replayed through its `forward`."""
+        """A lane host in the engine (capability `lanes`, 1.1); forwards replayed through `model` (lanes.py)."""
         from falsify.engines.wire.lanes import WireLaneHost
 
         return WireLaneHost(self, model, chunk_cap, pages, page_size, max_streams)
@@ -181,8 +178,7 @@ class WireEngine:
     def sampler(
         self, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int = 0
     ) -> Any:
-        """A sampler in the engine (capability `sample`, protocol 1.1); bad parameters are the engine's
-        -32010, raised as ValueError."""
+        """A sampler in the engine (capability `sample`, 1.1); the engine refuses bad parameters (-32010)."""
         from falsify.engines.wire.sample import WireSampler
 
         return WireSampler(self, temperature, top_k, top_p, seed)
@@ -389,23 +385,6 @@ class WirePrefill(Stepped):
         return self._done
 
 
-@dataclass(frozen=True, slots=True)
-class WireRun:
-    """What one generate emitted and cost, as the harness counted it from the engine's events."""
-
-    tokens: tuple[int, ...]
-    emitted: int
-    decode_forwards: int
-    prefill_forwards: int
-    polls: int  # counted by the cancel token the harness answered from
-    positions: tuple[int, ...]
-    wasted_forwards: int
-    stop_reason: str  # "cancelled", "max_tokens" or "stop_token"
-    prompt_len: int
-    reused: int
-    claims: dict[str, Any] = field(default_factory=dict)  # the engine's own counts: a claim, never the record
-
-
 class WireSession:
     """One stream in the engine. The harness keeps the token history the engine reported feeding, to check
     each forward against it."""
@@ -593,44 +572,6 @@ class _Judge:
             reused=reused,
             claims=dict(result.get("claims", {})),
         )
-
-
-def _engine_f32(engine: WireEngine, obj: dict[str, Any], what: str) -> np.ndarray:
-    """An array the engine sent; one whose bytes and shape disagree is a MalformedMessage that ends the
-    connection, never a ValueError (which a falsifier would read as the engine refusing its input)."""
-    try:
-        return decode_f32(obj, what)
-    except (ValueError, OverflowError) as exc:
-        engine.connection().fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
-
-
-def _engine_bytes(engine: WireEngine, text: str, what: str) -> bytes:
-    try:
-        return decode_bytes(text, what)
-    except ValueError as exc:
-        engine.connection().fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
-
-
-def checked_logits(engine: WireEngine, obj: dict[str, Any], what: str, shape: tuple[int, ...]) -> np.ndarray:
-    """The float32 array an engine sent, held to the rules: the shape the request implies, every value finite
-    (a ProtocolViolation naming the rule otherwise)."""
-    logits = _engine_f32(engine, obj, what)
-    if logits.shape != shape:
-        engine.connection().fail(
-            errors.ProtocolViolation(
-                f"engine {engine.spec}: {what} of shape {list(logits.shape)}, expected {list(shape)} "
-                "[rule: logits are shaped [tokens, vocab_size] as the request implies]"
-            )
-        )
-    if not np.isfinite(logits).all():
-        bad = int(np.flatnonzero(~np.isfinite(logits.reshape(-1)))[0])
-        engine.connection().fail(
-            errors.ProtocolViolation(
-                f"engine {engine.spec}: {what} holds {logits.reshape(-1)[bad]} at flat index {bad} "
-                "[rule: logits are finite]"
-            )
-        )
-    return logits
 
 
 def _version() -> str:

@@ -1,12 +1,17 @@
-"""What the wire client and the lane host share: the stand-in state a reported forward is replayed on, and the
-check of a token-id argument before it is sent."""
+"""What the wire client and the lane host share: the stand-in state a reported forward is replayed on, the check of
+a token-id argument before it is sent, and the checks of the arrays an engine sends (a malformed one ends the
+connection; logits of the wrong shape or not finite are a ProtocolViolation naming the rule)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from falsify.engines.wire import errors
+from falsify.engines.wire.connection import Connection
+from falsify.engines.wire.messages import decode_bytes, decode_f32
 
 
 @dataclass(slots=True)
@@ -32,3 +37,63 @@ def _token_list(tokens: Any, what: str) -> list[int]:
             raise ValueError(f"{what}[{i}] is {t!r}, not an int token id")
         out.append(int(t))
     return out
+
+
+def _conn(engine: Any) -> Connection:
+    conn: Connection = engine.connection()
+    return conn
+
+
+def _engine_f32(engine: Any, obj: dict[str, Any], what: str) -> np.ndarray:
+    """An array the engine sent; one whose bytes and shape disagree is a MalformedMessage that ends the
+    connection, never a ValueError (which a falsifier would read as the engine refusing its input)."""
+    try:
+        return decode_f32(obj, what)
+    except (ValueError, OverflowError) as exc:
+        _conn(engine).fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
+
+
+def _engine_bytes(engine: Any, text: str, what: str) -> bytes:
+    try:
+        return decode_bytes(text, what)
+    except ValueError as exc:
+        _conn(engine).fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
+
+
+def checked_logits(engine: Any, obj: dict[str, Any], what: str, shape: tuple[int, ...]) -> np.ndarray:
+    """The float32 array an engine sent, held to the rules: the shape the request implies, every value finite
+    (a ProtocolViolation naming the rule otherwise)."""
+    logits = _engine_f32(engine, obj, what)
+    if logits.shape != shape:
+        _conn(engine).fail(
+            errors.ProtocolViolation(
+                f"engine {engine.spec}: {what} of shape {list(logits.shape)}, expected {list(shape)} "
+                "[rule: logits are shaped [tokens, vocab_size] as the request implies]"
+            )
+        )
+    if not np.isfinite(logits).all():
+        bad = int(np.flatnonzero(~np.isfinite(logits.reshape(-1)))[0])
+        _conn(engine).fail(
+            errors.ProtocolViolation(
+                f"engine {engine.spec}: {what} holds {logits.reshape(-1)[bad]} at flat index {bad} "
+                "[rule: logits are finite]"
+            )
+        )
+    return logits
+
+
+@dataclass(frozen=True, slots=True)
+class WireRun:
+    """What one generate emitted and cost, as the harness counted it from the engine's events."""
+
+    tokens: tuple[int, ...]
+    emitted: int
+    decode_forwards: int
+    prefill_forwards: int
+    polls: int  # counted by the cancel token the harness answered from
+    positions: tuple[int, ...]
+    wasted_forwards: int
+    stop_reason: str  # "cancelled", "max_tokens" or "stop_token"
+    prompt_len: int
+    reused: int
+    claims: dict[str, Any] = field(default_factory=dict)  # the engine's own counts: a claim, never the record
