@@ -362,7 +362,29 @@ class FalsifyPlugin:
                         f"falsify: --falsify-no-skip: {len(skipped)} test(s) skipped, failing the run",
                         red=True,
                     )
+        self._wire_coverage()
         self._write_results()
+
+    def _wire_coverage(self) -> None:
+        """For a wire engine: the messages and errors of the protocol this run exercised, and those it did not."""
+        conn = getattr(self._engine, "_conn", None)
+        if conn is None or not hasattr(conn, "seen"):
+            return
+        from falsify.engines.wire.conformance import spec_parts, unexercised
+
+        parts = [p for p in spec_parts() if p not in ("shutdown", "exit")]  # sent at exit, after this summary
+        missing = unexercised(conn.seen, parts)
+        self.wire_coverage = {
+            "exercised": len(parts) - len(missing),
+            "of": len(parts),
+            "unexercised": missing,
+        }
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(
+                f"falsify: wire protocol: {len(parts) - len(missing)} of {len(parts)} messages and errors exercised"
+                + (f"; unexercised: {', '.join(missing)}" if missing else "")
+            )
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         corpus = self.load()
@@ -390,6 +412,7 @@ class FalsifyPlugin:
             "binding_problems": self.binding_problems,
             "tests": self.results,
             "counts": dict(self.counts),
+            **({"wire_coverage": self.wire_coverage} if getattr(self, "wire_coverage", None) else {}),
         }
         tmp = Path(f"{path}.tmp")
         text = json.dumps(payload, indent=None if compact else 1, sort_keys=True, default=repr)
