@@ -37,7 +37,9 @@ def one_run(engine: str) -> dict[str, Any]:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         wall, cpu = time.monotonic() - wall, children_cpu() - cpu
         load_after = os.getloadavg()
-    verdict = next((line for line in proc.stdout.splitlines() if line.startswith("gate: ")), "")
+    verdict = next(
+        (line for line in proc.stdout.splitlines() if line.startswith(("gate: PASS", "gate: FAIL"))), ""
+    )
     return {
         "exit": proc.returncode,
         "wall_s": round(wall, 2),
