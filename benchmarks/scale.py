@@ -9,11 +9,9 @@ python benchmarks/scale.py [--project DIR] [--engine E] [--out FILE] [IDS ...]  
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,40 +22,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-NODE = [
-    "--node-ip-address=127.0.0.1",
-    "--num-cpus=1",
-    "--object-store-memory=200000000",
-    "--disable-usage-stats",
-]
+# cluster_run: the loopback node options and the stop that ends only this cluster (one copy, the test's)
+sys.path.insert(0, str(ROOT / "tests" / "scale"))
 
-
-def own_processes(marker: str) -> list[int]:
-    """Pids of the processes whose command line names `marker` (this cluster's own temp/session directory)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-def stop_own_cluster(ray: str, temp: str, groups: list[int], env: dict[str, str]) -> None:
-    """Stop only the cluster this script started: its worker nodes' process groups, then every process that
-    names its temp directory (the head's GCS, raylets, workers). Never `ray stop --force`, which stops every Ray
-    process on the machine, other users' clusters too."""
-    for pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    for _ in range(3):  # a dying raylet may start a worker on its way out
-        for pid in own_processes(temp):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
+from cluster_run import NODE, stop_own_cluster  # noqa: E402
 
 
 def mutants(

@@ -19,11 +19,9 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from falsify.evidence import CONTRACT_EVIDENCE_TYPE, RELEASE_REPORT_TYPE, STATEMENTS, TEST_RESULT_TYPE
@@ -102,17 +100,6 @@ def lines_case(rng: random.Random, lines: list[bytes]) -> list[bytes]:
     if rng.random() < 0.15:
         out = out[: rng.randrange(len(out) + 1)] + out[rng.randrange(len(out)) :]  # lines dropped or repeated
     return out
-
-
-@pytest.fixture
-def alarm() -> Iterator[None]:
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError(f"a case hung past {ALARM} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def _signed_for_every_statement(statements: list[bytes], signatures: list[bytes]) -> bool:

@@ -24,7 +24,6 @@ import signal
 import struct
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,17 +44,6 @@ ALARM = 10
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "gguf" / "tiny-0-llamacpp-f32.json"
 V = gguf.GGUFValueType
 CONFIG = Config.from_dict(TINY_CONFIG)
-
-
-@pytest.fixture
-def alarm() -> Iterator[None]:
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError(f"a case hung past {ALARM} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def base_gguf(path: Path) -> bytes:

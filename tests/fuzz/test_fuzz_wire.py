@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pytest
 
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection
@@ -186,17 +185,6 @@ def run_case(spec: str, lines: list[bytes]) -> object:
         return exc
     finally:
         conn.transport.close(grace=0)
-
-
-@pytest.fixture
-def alarm() -> Iterator[None]:
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError(f"a case hung past {ALARM} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def fuzz(spec_for: Any, tag: str) -> Counter[str]:
