@@ -4,6 +4,7 @@ the probe its lie breaks fails by name and the command exits 1."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,3 +47,35 @@ def test_a_lie_fails_its_probe(mode: str, probe: str, says: str) -> None:
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith(probe))
     assert "FAIL:" in line and says in line, line
+
+
+def test_the_gate_names_what_a_wire_run_left_unexercised(tmp_path: Path) -> None:
+    """A gate restricted to the cancellation falsifiers (`-k`) on the reference server: its output has the wire
+    coverage line, read from results.json's `wire_coverage`, and the messages those tests never send (the state,
+    prefill, lane and sampler messages) are named as unexercised; gate.json carries the same record."""
+    env = os.environ.copy()
+    env.update(PYTHONPATH=str(ROOT), PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", HYPOTHESIS_PROFILE="ci")
+    engine = f"exec:{sys.executable} -m reference.serve"
+    cmd = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", str(tmp_path)]
+    cmd += ["--", "-k", "test_cancel_contract"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("gate: wire protocol: ")]
+    assert len(lines) == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    record = json.loads((tmp_path / "gate.json").read_text(encoding="utf-8"))["wire_coverage"]
+    assert record == json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["wire_coverage"]
+    exercised, of, missing = record["exercised"], record["of"], record["unexercised"]
+    assert 0 < exercised < of and len(missing) == of - exercised, record
+    assert {"generate", "new_session"}.isdisjoint(missing), missing  # the cancellation tests do generate
+    assert {"forward", "prefill_step", "lane_round", "sample_pick"} <= set(missing), missing
+    assert lines[0] == (
+        f"gate: wire protocol: {exercised} of {of} messages and errors exercised; unexercised: {', '.join(missing)}"
+    )
+
+
+def test_the_gate_prints_no_wire_line_for_an_engine_that_is_not_a_wire_engine() -> None:
+    from falsify.harness.gate import wire_coverage_line
+
+    assert wire_coverage_line({"tests": {}}) is None
+    assert wire_coverage_line({"wire_coverage": {"exercised": 3, "of": 3, "unexercised": []}}) == (
+        "gate: wire protocol: 3 of 3 messages and errors exercised; none unexercised"
+    )

@@ -347,6 +347,7 @@ def _gate(
                 "timeouts": {"test": per_test, "gate": whole},
                 "proof_source": proof_source,
                 "tests": test_counts(results),
+                "wire_coverage": results.get("wire_coverage"),
                 "predictions": [
                     asdict(r)
                     | {
@@ -370,6 +371,9 @@ def _gate(
             f"{out}: cannot publish the run {run_dir.name}: {safefile.cause(exc)}"
         ) from None
     print(summary)
+    wire = wire_coverage_line(results)
+    if wire:
+        print(wire)
     print(f"gate: PROVEN from {proof_source}")
     for pid, proof in proved.items():
         if proof.status is Proof.EXCUSED:
@@ -378,6 +382,17 @@ def _gate(
             print(f"gate: {pid} cannot be shown on this machine (the mutant run's sensitivity control)")
     print(f"gate: JUnit XML in {out / 'junit.xml'}, results in {out / 'results.json'} (this run: {run_dir})")
     return 0 if ok and code == 0 and not ran.timed_out else 1
+
+
+def wire_coverage_line(results: dict[str, object]) -> str | None:
+    """For a run on a wire engine, the line naming the protocol's messages and errors it left unexercised, from
+    the `wire_coverage` the pytest plugin wrote to results.json; None for an engine that is not a wire engine."""
+    cov = results.get("wire_coverage")
+    if not isinstance(cov, dict):
+        return None
+    missing = [str(m) for m in cov.get("unexercised", ()) if isinstance(m, str)]
+    line = f"gate: wire protocol: {cov.get('exercised')} of {cov.get('of')} messages and errors exercised"
+    return line + (f"; unexercised: {', '.join(missing)}" if missing else "; none unexercised")
 
 
 def _timed_out(r: PredictionResult, whole: float) -> PredictionResult:
