@@ -73,3 +73,68 @@ def test_its_text_mutants_are_killed(tmp_path: Path, mutant: str, listed: int) -
     assert f"{mutant}: KILLED" in proc.stdout and f"by {listed}/{listed} listed" in proc.stdout, proc.stdout[
         -3000:
     ]
+
+
+def _lines(*messages: dict[str, Any]) -> bytes:
+    return b"".join(json.dumps(m).encode() + b"\n" for m in messages)
+
+
+INIT = {"id": 1, "method": "initialize", "params": {"protocolVersion": "falsify-engine/1.1"}}
+LOAD = {"id": 2, "method": "load_model", "params": {"weights": "f32", "path": None}}
+SESSION = {"id": 3, "method": "new_session", "params": {"model": "?"}}
+
+
+def _engines() -> list[list[str]]:
+    return [[NODE or "node", str(ENGINE)], [sys.executable, "-m", "reference.serve"]]
+
+
+@pytest.mark.parametrize("argv", _engines(), ids=["node", "reference"])
+def test_stdin_closed_between_requests_answers_them_and_exits_0(argv: list[str]) -> None:
+    """docs/engine-protocol.md §2: the requests read are answered, then status 0, with or without shutdown."""
+    proc = subprocess.run(
+        argv, cwd=ROOT, input=_lines(INIT, LOAD), capture_output=True, timeout=60, check=False
+    )
+    replies = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [r["id"] for r in replies] == [1, 2] and "model" in replies[1]["result"], replies
+
+
+@pytest.mark.parametrize("argv", _engines(), ids=["node", "reference"])
+def test_stdin_closed_while_the_engine_waits_for_its_poll_reply_exits_1(argv: list[str]) -> None:
+    """§2: a generate read just before stdin closed sends its $/poll, whose reply never comes: status 1."""
+    engine = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert engine.stdin is not None and engine.stdout is not None
+        engine.stdin.write(_lines(INIT, LOAD))
+        engine.stdin.flush()
+        model = [json.loads(engine.stdout.readline()) for _ in range(2)][1]["result"]["model"]
+        engine.stdin.write(_lines({**SESSION, "params": {"model": model}}))
+        engine.stdin.flush()
+        session = json.loads(engine.stdout.readline())["result"]["session"]
+        generate = {
+            "session": session,
+            "prompt": [1, 2],
+            "max_tokens": 2,
+            "stop_tokens": [],
+            "sampler": "greedy",
+        }
+        engine.stdin.write(_lines({"id": 4, "method": "generate", "params": generate}))
+        engine.stdin.close()
+        rest = [json.loads(x) for x in engine.stdout.read().splitlines()]
+        assert engine.wait(60) == 1
+        assert [m.get("method") for m in rest] == ["$/poll"], rest  # never answered generate
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+
+
+def test_the_node_engine_refuses_q4_k_weights_it_does_not_have() -> None:
+    """§4.3: an engine without quantized weights refuses q4_k with -32010 rather than serve f32 under its name."""
+    q4k = {"id": 2, "method": "load_model", "params": {"weights": "q4_k", "path": None}}
+    argv = [NODE or "node", str(ENGINE)]
+    proc = subprocess.run(
+        argv, cwd=ROOT, input=_lines(INIT, q4k), capture_output=True, timeout=60, check=False
+    )
+    replies = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert replies[1]["id"] == 2 and replies[1]["error"]["code"] == -32010, replies

@@ -29,8 +29,10 @@ function send(message) {
 
 let nextId = 0;
 const waiting = new Map(); // id of our request -> {resolve, reject}
+let stdinClosed = false;
 
 function request(method, params) {
+  if (stdinClosed) process.exit(1); // its reply can never come
   nextId += 1;
   const id = nextId;
   return new Promise((resolve, reject) => {
@@ -199,6 +201,7 @@ async function serve(method, params, rid) {
       shutDown = true;
       return {};
     case "load_model":
+      if (params.weights === "q4_k") throw new Refusal(INVALID_INPUT, "weights q4_k: this engine has no quantized weights");
       handles += 1;
       return { model: `toy-${handles}`, config: { vocab_size: VOCAB, max_position_embeddings: CONTEXT, chunk_size: 1 } };
     case "new_session":
@@ -452,4 +455,9 @@ lines.on("line", (line) => {
     }
   });
 });
-lines.on("close", () => process.exit(shutDown ? 0 : 1));
+// stdin closed: answer what was read, then exit 0; waiting for the harness's reply to our own request, exit 1 now.
+lines.on("close", () => {
+  stdinClosed = true;
+  if (waiting.size > 0) process.exit(1);
+  queue = queue.then(() => process.exit(0));
+});
