@@ -298,8 +298,7 @@ def _field(reader: Any, path: Path, key: str, default: Any = None, kind: type = 
             raise WeightsError(f"{path}: GGUF metadata key {key!r} is missing")
         return default
     try:
-        value = field.contents()
-        value = value.decode() if isinstance(value, bytes) else value
+        value = field.contents()  # gguf-py decodes strings itself: str, never bytes
     except (ValueError, IndexError) as e:  # a string that is not UTF-8, an array cut short
         raise WeightsError(f"{path}: GGUF metadata key {key!r} cannot be read ({type(e).__name__})") from None
     items = value if isinstance(value, list) else [value]

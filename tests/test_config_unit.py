@@ -299,3 +299,38 @@ class TestFromFile:
         (tmp_path / "dangling.json").symlink_to(tmp_path / "absent")
         with pytest.raises(ConfigError, match=r"^.*dangling\.json: no config\.json$"):
             Config.from_file(tmp_path / "dangling.json")
+        loop = tmp_path / "loop.json"
+        loop.symlink_to(loop)  # open() fails with ELOOP, an OSError that is no FileNotFoundError
+        with pytest.raises(ConfigError) as e:
+            Config.from_file(loop)
+        assert (
+            str(e.value)
+            == f"{loop}: not readable JSON ([Errno 40] Too many levels of symbolic links: '{loop}')"
+        )
+
+    def test_the_read_asks_for_one_byte_past_the_bound(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """However big the file, at most MAX_CONFIG_BYTES + 1 bytes are read: enough to tell it is too big."""
+        big = self.write(tmp_path, b" " * (MAX_CONFIG_BYTES + 64))
+        asked: list[int | None] = []
+        real_open = Path.open
+
+        class Recording:  # the real file, its read sizes noted
+            def __init__(self, f: Any) -> None:
+                self.f = f
+
+            def __enter__(self) -> Recording:
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                self.f.close()
+
+            def read(self, n: int | None = -1) -> bytes:
+                asked.append(n)
+                return bytes(self.f.read(n))
+
+        monkeypatch.setattr(Path, "open", lambda p, *a, **k: Recording(real_open(p, *a, **k)))
+        with pytest.raises(ConfigError, match=rf"config\.json: over {MAX_CONFIG_BYTES} bytes"):
+            Config.from_file(big)
+        assert asked == [MAX_CONFIG_BYTES + 1]

@@ -24,6 +24,7 @@ gguf = pytest.importorskip("gguf")
 
 from reference.config import Config, ConfigError  # noqa: E402
 from reference.gguf_io import (  # noqa: E402
+    _field,
     _from_gguf,
     _stored_q4k,
     _to_gguf,
@@ -128,6 +129,51 @@ def test_nextn_predict_layers_are_not_counted_as_model_layers(tmp_path: Path) ->
 def test_per_layer_head_count_kv_takes_the_attention_layers_value(tmp_path: Path) -> None:
     path = meta_gguf(tmp_path / "m.gguf", attention__head_count_kv=[0, 0, 0, 2])
     assert read_config(path).num_key_value_heads == 2
+
+
+def test_an_empty_per_layer_head_count_kv_is_a_config_error(tmp_path: Path) -> None:
+    # GGUFWriter refuses to write an empty array: write [2], then cut its one item out of the bytes
+    path = meta_gguf(tmp_path / "m.gguf", attention__head_count_kv=[2])
+    data = path.read_bytes()
+    key = b"qwen35.attention.head_count_kv"
+    at = data.index(key) + len(key)
+    assert struct.unpack_from("<IIQi", data, at) == (V.ARRAY, V.INT32, 1, 2)
+    # the tensor infos end after output.weight's: name, n_dims, 2 dims, type, offset; the data follows, 32-aligned
+    end = data.rindex(b"output.weight") + len(b"output.weight") + 4 + 2 * 8 + 4 + 8
+    header = data[: at + 8] + struct.pack("<Q", 0) + data[at + 20 : end]
+    path.write_bytes(header + bytes(-len(header) % 32) + data[end + -end % 32 :])
+    reader = gguf.GGUFReader(path)  # a well-formed GGUF but for the empty array
+    assert reader.fields[key.decode()].contents() == []
+    assert [t.name for t in reader.tensors] == ["token_embd.weight", "output.weight"]
+    with pytest.raises(ConfigError) as e:  # no head count at all: 0 heads, which Config names
+        read_config(path)
+    assert str(e.value) == f"{path}: key 'num_key_value_heads' is 0, expected > 0"
+
+
+def test_strings_come_back_as_str(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf")
+    reader = gguf.GGUFReader(path)
+    arch = _field(reader, path, "general.architecture", kind=str)
+    assert type(arch) is str and arch == "qwen35"
+
+
+def test_a_single_layer_gguf_is_read(tmp_path: Path) -> None:
+    path = meta_gguf(tmp_path / "m.gguf", block_count=1, attention__recurrent_layers=[False])
+    config = read_config(path)
+    assert config.num_hidden_layers == 1 and config.layer_types == ("full_attention",)
+
+
+def test_as_many_layers_as_the_file_has_bytes_is_the_most_read(tmp_path: Path) -> None:
+    # a layer needs at least a byte of weights: block_count up to the file's size passes this check
+    drop = ("qwen35.attention.recurrent_layers",)
+    size = meta_gguf(tmp_path / "m.gguf", drop=drop, embd=(32, 8)).stat().st_size
+    path = meta_gguf(tmp_path / "m.gguf", drop=drop, embd=(32, 8), block_count=size)
+    assert path.stat().st_size == size  # a u32 is a u32 whatever its value
+    assert read_config(path).num_hidden_layers == size
+    path = meta_gguf(tmp_path / "m.gguf", drop=drop, embd=(32, 8), block_count=size + 1)
+    with pytest.raises(WeightsError) as e:
+        read_config(path)
+    assert str(e.value) == f"{path}: GGUF metadata key 'qwen35.block_count' gives {size + 1} layers"
 
 
 def test_values_other_than_configs_defaults_come_through(tmp_path: Path) -> None:

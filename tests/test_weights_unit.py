@@ -265,6 +265,15 @@ class TestLoadWeights:
         w = load_weights(tmp_path, Config.from_dict(raw), "f32")
         assert np.array_equal(w.lm_head.dense(), tensors["model.embed_tokens.weight"].astype(np.float32))
 
+    def test_untied_without_an_lm_head_is_named_with_its_shape(self, tmp_path: Path) -> None:
+        write_tiny(tmp_path, 1)  # untied, as TINY_CONFIG is
+        tensors = load_file(str(tmp_path / "model.safetensors"))
+        del tensors["lm_head.weight"]
+        save_file(tensors, str(tmp_path / "model.safetensors"))
+        with pytest.raises(WeightsError) as e:
+            load_weights(tmp_path, CONFIG, "f32")
+        assert str(e.value) == f"{tmp_path}: missing tensor 'lm_head.weight' (expected shape [512, 256])"
+
 
 PROJECTIONS = {
     "linear_attention": ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj"),
