@@ -176,6 +176,12 @@ def test_a_1_1_request_is_served_under_1_1_and_not_found_under_1() -> None:
     assert (r.code, str(r)) == (METHOD_NOT_FOUND, "no method '$/greedy_pick'")
 
 
+def test_a_1_1_request_reaches_the_engines_own_handles() -> None:
+    engine, model = loaded()
+    host = engine.serve("lane_host", {"model": model}, 3, Recorder())["host"]
+    assert engine.serve("lane_status", {"host": host}, 4, Recorder())["streams"] == []
+
+
 def test_a_1_1_refusal_is_the_servers_own_refusal() -> None:
     engine = ready()
     r = refusal(engine, "greedy_pick", {"logits": {"dtype": "float16"}})
@@ -1300,7 +1306,8 @@ def test_main_hands_openai_and_its_options_to_the_openai_server(
 ) -> None:
     """`--openai` first: the rest are reference/openai_server.py's options (from argv, or sys.argv[1:])."""
     argv = ["--openai", "--port", "x"]
-    monkeypatch.setattr(sys, "argv", ["python -m reference.serve", *argv])
+    # sys.argv holds them too only when main reads sys.argv: given argv, the openai server must get argv's rest
+    monkeypatch.setattr(sys, "argv", ["python -m reference.serve", *argv] if from_argv else ["elsewhere"])
     with pytest.raises(SystemExit) as exc:
         main(None if from_argv else argv)
     err = capsys.readouterr().err
