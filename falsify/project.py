@@ -10,6 +10,7 @@ add (`falsify init` writes a working starter). Keys (docs/reference/config.md):
     engine = "mypkg.engine:make"   the engine under test (--engine and FALSIFY_ENGINE come first)
     sources = ["src/**/*.py"]      the engine's sources (evidence subjects; what mutants may edit)
     weights = ["weights/*.gguf"]   weight files the evidence bundle records
+    weights_dirs = ["~/models"]    directories outside the tree where the engine's weights may live (for `verify`)
     copy_exclude = ["data"]        top-level names never copied into a mutant's scratch copy
     [tool.falsify.mutmut]          falsify mutmut's settings
 """
@@ -27,8 +28,18 @@ from typing import Any
 from falsify import safefile
 from falsify.errors import FalsifyError
 
-KEYS = ("contracts", "packs", "tests", "mutants", "engine", "sources", "weights", "copy_exclude")
-LIST_KEYS = frozenset({"packs", "sources", "weights", "copy_exclude"})
+KEYS = (
+    "contracts",
+    "packs",
+    "tests",
+    "mutants",
+    "engine",
+    "sources",
+    "weights",
+    "weights_dirs",
+    "copy_exclude",
+)
+LIST_KEYS = frozenset({"packs", "sources", "weights", "weights_dirs", "copy_exclude"})
 PATH_KEYS = frozenset({"contracts", "tests", "mutants", "sources", "weights"})  # inside the project, always
 MAX_PYPROJECT = 4 * 2**20  # bytes
 STARTER = '[tool.falsify] with contracts = "contracts", tests = "tests", engine = "module:factory"'
@@ -49,6 +60,7 @@ class Project:
     sources: tuple[str, ...] = ()
     weights: tuple[str, ...] = ()
     copy_exclude: tuple[str, ...] = ()
+    weights_dirs: tuple[str, ...] = ()  # outside the tree on purpose: absolute, `~` or relative to the root
 
     @property
     def pyproject(self) -> Path:
@@ -126,6 +138,8 @@ def _project(root: Path, table: dict[str, Any]) -> Project:
                 problem = glob_problem(item)
                 if problem:
                     raise ProjectError(f"{where}: [tool.falsify] {key}: {problem}")
+        if key == "weights_dirs" and any(not item or "\x00" in item for item in value):
+            raise ProjectError(f"{where}: [tool.falsify] weights_dirs: an entry is empty or holds a NUL")
     return Project(
         root,
         root / table.get("contracts", "contracts"),
@@ -136,6 +150,7 @@ def _project(root: Path, table: dict[str, Any]) -> Project:
         tuple(table.get("sources", ())),
         tuple(table.get("weights", ())),
         tuple(table.get("copy_exclude", ())),
+        tuple(table.get("weights_dirs", ())),
     )
 
 

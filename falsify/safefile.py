@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from falsify.errors import FalsifyError
 
@@ -81,8 +83,8 @@ def inside(root: Path, path: Path) -> None:
             raise FileLayerError(f"{here}: {CAUSES[errno.ENOTDIR]} ({kind(mode)})")
 
 
-def read_bytes(path: Path, *, limit: int, what: str = "file", root: Path | None = None) -> bytes:
-    """The bytes of the regular file at `path`, at most `limit` of them."""
+def open_regular(path: Path, *, what: str = "file", root: Path | None = None) -> BinaryIO:
+    """`path` opened for reading, once it is known to be a regular file reached without a symlink."""
     if root is not None:
         inside(root, path)
     try:
@@ -93,7 +95,24 @@ def read_bytes(path: Path, *, limit: int, what: str = "file", root: Path | None 
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise FileLayerError(f"{path}: the {what} is not a regular file ({kind(mode)})")
-    with os.fdopen(fd, "rb") as f:
+    return os.fdopen(fd, "rb")
+
+
+def sha256(path: Path, *, what: str = "file", root: Path | None = None) -> str:
+    """The sha256 of the regular file at `path`, read in blocks (weights may be gigabytes: no size limit)."""
+    h = hashlib.sha256()
+    with open_regular(path, what=what, root=root) as f:
+        try:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        except OSError as exc:
+            raise FileLayerError(f"{path}: cannot read the {what}: {cause(exc)}") from None
+    return h.hexdigest()
+
+
+def read_bytes(path: Path, *, limit: int, what: str = "file", root: Path | None = None) -> bytes:
+    """The bytes of the regular file at `path`, at most `limit` of them."""
+    with open_regular(path, what=what, root=root) as f:
         try:
             data = f.read(limit + 1)
         except OSError as exc:

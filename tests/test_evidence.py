@@ -47,6 +47,7 @@ FILES = {
         contracts = "contracts"
         mutants = "mutants"
         tests = "tests"
+        weights_dirs = ["../cache"]  # the engine's weights live outside the tree, like the real cache
 
         [tool.pytest.ini_options]
         falsify_contracts = "contracts"
@@ -402,6 +403,64 @@ def test_an_added_engine_source_fails_verify(copy: Path, verify: Verify) -> None
     code, out = verify(copy / "proj", "evidence")
     assert code == 1
     assert "tinyengine/extra.py: engine source not in the evidence" in out, out
+
+
+def test_verify_finds_the_weights_without_importing_the_engine(copy: Path, verify: Verify) -> None:
+    """Issue #27: `verify` runs no project code; the weights outside the tree are found from the names the bundle
+    records, in a declared weights directory ([tool.falsify] weights_dirs = ["../cache"])."""
+    code, out = verify(copy / "proj", "evidence")
+    assert code == 0, out
+    assert not [m for m in sys.modules if m == "tinyengine" or m.startswith("tinyengine.")]
+
+
+def test_weights_outside_every_declared_directory_are_missing_not_read(copy: Path, verify: Verify) -> None:
+    pyproject = copy / "proj" / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").replace("weights_dirs", "# was"), "utf-8")
+    code, out = verify(copy / "proj", "evidence")
+    assert code == 1
+    assert "tiny-0/config.json: missing (working tree records sha256" in out, out
+    assert "tiny-0/model.safetensors: missing" in out, out
+
+
+def test_evidence_refuses_weights_verify_could_not_find(copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from falsify.evidence.tree import EvidenceError, weights_files
+
+    root = copy / "proj"
+    monkeypatch.setenv("FALSIFY_CACHE", str(copy / "elsewhere"))
+    assert [n for n, _ in weights_files(root, ENGINE)[0]] == [
+        "tiny-0/config.json",
+        "tiny-0/model.safetensors",
+    ]
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text(encoding="utf-8").replace("weights_dirs", "# was"), "utf-8")
+    with pytest.raises(
+        EvidenceError, match=r"outside the project and outside every weights directory .* add "
+    ):
+        weights_files(root, ENGINE)
+    for name in [m for m in sys.modules if m == "tinyengine" or m.startswith("tinyengine.")]:
+        del sys.modules[name]
+
+
+def test_a_weights_symlink_fifo_or_invented_name_is_never_read(copy: Path, verify: Verify) -> None:
+    cache = copy / "cache" / "tiny-0"
+    (copy / "outside.safetensors").write_bytes((cache / "model.safetensors").read_bytes())
+    (cache / "model.safetensors").unlink()
+    (cache / "model.safetensors").symlink_to(copy / "outside.safetensors")  # same bytes, through a link
+    (cache / "config.json").unlink()
+    os.mkfifo(cache / "config.json")  # read, it would block verify for ever
+    code, out = verify(copy / "proj", "evidence")
+    assert code == 1
+    assert "  tiny-0/model.safetensors: missing" in out, out
+    assert "  tiny-0/config.json: missing" in out, out
+    bundle = copy / "proj" / "evidence"
+    lines = (bundle / STATEMENTS).read_text(encoding="utf-8").splitlines()
+    for invented in ("../cache/tiny-0/config.json", "/etc/hostname", "~/.bashrc"):
+        forged = [line.replace('"tiny-0/config.json"', json.dumps(invented)) for line in lines]
+        assert forged != lines
+        (bundle / STATEMENTS).write_text("\n".join(forged) + "\n", encoding="utf-8")
+        code, out = verify(copy / "proj", "evidence")
+        assert code == 1
+        assert f"  {invented}: missing" in out, out
 
 
 def test_an_edited_statement_fails_verify(copy: Path, verify: Verify) -> None:

@@ -58,6 +58,27 @@ def test_configured_weights_are_found_relative_to_the_root(tmp_path: Path) -> No
     assert [name for name, _ in configured_weights(tmp_path)] == ["w/a.bin"]
 
 
+def test_weights_dirs_may_name_directories_outside_the_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from falsify.evidence.tree import weights_dirs
+
+    monkeypatch.setenv("FALSIFY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for d in ("p", "q"):
+        (tmp_path / d).mkdir()
+    write(tmp_path / "p", 'weights_dirs = ["../models", "~/w", "/opt/w"]\n')
+    assert weights_dirs(tmp_path / "p") == [
+        (tmp_path / "models").resolve(),
+        (tmp_path / "home" / "w").resolve(),
+        Path("/opt/w"),
+        (tmp_path / "cache").resolve(),
+    ]
+    write(tmp_path / "q", 'weights_dirs = [""]\n')
+    with pytest.raises(ProjectError, match=r"weights_dirs: an entry is empty or holds a NUL"):
+        find_project(tmp_path / "q")
+
+
 def test_schemas_ship_inside_the_package() -> None:
     path = schema_path("contract-v1")
     assert (

@@ -143,11 +143,14 @@ def build(
     env: dict[str, Any],
     generated_at: str,
     source: dict[str, Any] | None = None,
+    weights: tuple[list[dict[str, Any]], str] | None = None,
 ) -> dict[str, bytes]:
     """Every file of the bundle, name -> bytes.
 
     source: the git commit, tag and dirty flag the run was made on (`git_source`); recorded, not re-derived, like
-    generated_at, so a bundle verifies after later commits."""
+    generated_at, so a bundle verifies after later commits.
+    weights: the weights' descriptors and note as `verify` found them from the bundle's names; None locates them
+    through the engine (`evidence`)."""
     files: dict[str, bytes] = {layout.JUNIT: run.junit, layout.RESULTS: pretty(run.results).encode()}
     # Outcomes come from the report as the bundle keeps it, so that `verify` reads exactly what `evidence` read.
     report = normalise(run.mutation_report, root) if run.mutation_report is not None else None
@@ -191,9 +194,15 @@ def build(
         pytest_counts=test_counts(run.results),
     )
 
-    weights, weights_note = weights_files(root, inputs.engine)
+    if weights is None:
+        located, weights_note = weights_files(root, inputs.engine)
+        weights = (
+            [descriptor(name, sha256_file(path), **{"falsify.role": "weights"}) for name, path in located],
+            weights_note,
+        )
+    weight_subjects, weights_note = weights
     subjects = digest_files(root, [(name, "engine-source") for name in source_files(root, inputs.sources)])
-    subjects += [descriptor(name, sha256_file(path), **{"falsify.role": "weights"}) for name, path in weights]
+    subjects += weight_subjects
     configuration = digest_files(root, configuration_files(root, inputs))
     configuration += [
         descriptor(name, sha256_file(path), **_pack_annotations(name, role))

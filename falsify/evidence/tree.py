@@ -1,7 +1,9 @@
 """The files of the working tree that evidence is about, found the same way by `evidence` and by `verify`.
 
 Subjects: the engine's sources (glob patterns, default reference/**/*.py) and the weights the engine uses (the
-tiny model's config.json + model.safetensors, located through the engine object, wherever its cache is).
+tiny model's config.json + model.safetensors, located through the engine object by `evidence`; `verify` finds
+them again from the names the bundle records, in the tree or a declared weights directory, never through the
+engine: it imports no project code).
 Configuration: every contract and mutant file, every file under the tests directory (falsifiers and their data,
 not what runs leave there), tox.ini and pyproject.toml, and every file of the packs the project uses (pack_files:
 an installed pack's file is named by distribution, version and path inside the package).
@@ -13,11 +15,14 @@ Every other name is a path relative to the project root (posix), never absolute.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from falsify import safefile
 from falsify.contracts.corpus import YAML_SUFFIXES
 from falsify.engines.loading import EngineError, load_engine
 from falsify.errors import FalsifyError
@@ -248,13 +253,71 @@ def _engine_weights(root: Path, spec: str) -> tuple[list[tuple[str, Path]], str]
         raise EvidenceError(
             f"engine {spec!r}: tiny_model_path() gave a directory without {', '.join(missing)}"
         )
-    try:
-        prefix = directory.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        prefix = (
-            directory.name
-        )  # outside the tree (a cache dir): the directory's own name, never its location
-    return [(f"{prefix}/{f}", directory / f) for f in WEIGHT_FILES], ""
+    real = directory.resolve()
+    if real.is_relative_to(root.resolve()):
+        prefix = real.relative_to(root.resolve()).as_posix()
+    else:  # outside the tree (a cache dir): the directory's own name, never its location
+        dirs = weights_dirs(root)
+        if real.parent not in dirs:
+            raise EvidenceError(
+                f"engine {spec!r}: its weights ({real}) are outside the project and outside every weights "
+                f"directory `verify` may read ({', '.join(map(str, dirs))}): add {real.parent} to "
+                "[tool.falsify] weights_dirs"
+            )
+        prefix = real.name
+    return [(f"{prefix}/{f}", real / f) for f in WEIGHT_FILES], ""
+
+
+def weights_dirs(root: Path) -> list[Path]:
+    """Where an engine's weights may live outside the tree, resolved: [tool.falsify] weights_dirs (absolute, `~`
+    or relative to the root) and falsify's cache ($FALSIFY_CACHE, else ~/.cache/falsify), where the reference
+    engine keeps its tiny model. The verifier's own configuration names them, never the bundle."""
+    from falsify.project import find_project_or_none
+
+    project = find_project_or_none(root)
+    cache = os.environ.get("FALSIFY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "falsify")
+    out: list[Path] = []
+    for entry in (*(project.weights_dirs if project else ()), cache):
+        path = Path(os.path.expanduser(entry))
+        path = (path if path.is_absolute() else root / path).resolve()
+        if path not in out:
+            out.append(path)
+    return out
+
+
+def recorded_weights(root: Path, subjects: list[dict[str, Any]]) -> list[tuple[str, Path | None]]:
+    """(name, path) of the weights a bundle records, found without importing the engine (issue #27): a configured
+    weight, a file of the tree (the name a path relative to the root), or `DIR/FILE` inside one of
+    weights_dirs(root); no symlink on the way below either. Any other name is (name, None): missing, never read.
+    The configured weights the bundle does not record follow, so `verify` names them as added."""
+    configured = dict(configured_weights(root))
+    names = [
+        d.get("name")
+        for d in subjects
+        if isinstance(d, dict) and (d.get("annotations") or {}).get("falsify.role") == "weights"
+    ]
+    dirs = weights_dirs(root)
+    out: list[tuple[str, Path | None]] = []
+    for name in names:
+        if not isinstance(name, str):
+            continue
+        out.append((name, configured.get(name) or _find_weight(root, dirs, name)))
+    return out + [(n, p) for n, p in configured.items() if n not in names]
+
+
+def _find_weight(root: Path, dirs: list[Path], name: str) -> Path | None:
+    if glob_problem(name):  # absolute, `~`, `..`, a backslash or a NUL: never looked up
+        return None
+    bases = [root] + (dirs if len(Path(name).parts) == 2 else [])
+    for base in bases:
+        path = base / name
+        try:
+            safefile.inside(base, path)
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                return path
+        except (safefile.FileLayerError, OSError):
+            continue
+    return None
 
 
 def configured_weights(root: Path) -> list[tuple[str, Path]]:

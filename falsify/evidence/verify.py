@@ -34,7 +34,7 @@ from falsify.evidence import (
     STATEMENTS,
     TEST_RESULT_TYPE,
 )
-from falsify.evidence.digests import sha256_bytes, sha256_file
+from falsify.evidence.digests import descriptor, sha256_bytes, sha256_file
 from falsify.evidence.render import figures, render_html, render_markdown
 from falsify.evidence.statements import RunResults, build
 from falsify.evidence.tree import (
@@ -43,8 +43,8 @@ from falsify.evidence.tree import (
     configuration_files,
     harness_files,
     pack_files,
+    recorded_weights,
     source_files,
-    weights_files,
 )
 from falsify.project import find_project
 
@@ -201,16 +201,11 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
         name: ("engine source", root / name) for name in source_files(root, inputs.sources)
     }
     now.update({name: ("configuration", root / name) for name, _ in configuration_files(root, inputs)})
-    try:
-        weights, _ = weights_files(root, inputs.engine)
-    except EvidenceError as exc:
-        v.problems.append(f"weights: cannot locate them through engine {inputs.engine!r}: {exc}")
-        weights = [
-            (d["name"], root / "\0missing")
-            for d in test_result["subject"]
-            if d.get("annotations", {}).get("falsify.role") == "weights"
-        ]
-    now.update({name: ("weights", path) for name, path in weights})
+    # The weights come from the names the bundle records (in the tree or a declared weights directory), never
+    # from the engine: verify imports no project code (issue #27). Read through the file layer: regular files only.
+    weights = recorded_weights(root, test_result["subject"])
+    weight_digests = {name: _weight_digest(path, v) for name, path in weights}
+    now.update({name: ("weights", path) for name, path in weights if path is not None})
     now.update({name: (f"pack {role}", path) for name, role, path in pack_files(root)})
     now.update({name: (role, path) for name, role, path in harness_files(root) if name not in now})
     renamed = _pack_versions(recorded, now, v)
@@ -219,7 +214,10 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
             continue
         # Only a name the tree itself gives is read: an invented subject (`/etc/hostname`, `../x`) is missing.
         path = now[name][1] if name in now else None
-        actual = sha256_file(path) if path is not None and path.is_file() else None
+        if name in weight_digests:
+            actual = weight_digests[name]
+        else:
+            actual = sha256_file(path) if path is not None and path.is_file() else None
         v.digest(name, d["digest"]["sha256"], actual, "working tree")
     for name in sorted(set(now) - set(recorded) - set(renamed.values())):
         v.problems.append(f"{name}: {now[name][0]} not in the evidence (added since the bundle was written)")
@@ -295,6 +293,17 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
             ev["environment"],
             release["predicate"]["generatedAt"],
             ev.get("source"),
+            (
+                [
+                    descriptor(
+                        name, weight_digests[name] or recorded[name]["digest"]["sha256"], **WEIGHTS_ROLE
+                    )
+                    if name in recorded
+                    else descriptor(name, weight_digests[name] or "", **WEIGHTS_ROLE)
+                    for name, _ in weights
+                ],
+                ev["weights"] if isinstance(ev.get("weights"), str) else "",
+            ),
         )
     except (EvidenceError, KeyError, ValueError, TypeError, AttributeError, ET.ParseError) as exc:
         v.problems.append(f"{STATEMENTS}: the bundle cannot be rebuilt from its results ({exc})")
@@ -354,6 +363,21 @@ def _pack_versions(
             f"{is_.version} ({'same bytes' if same else 'sha256 changed'})"
         )
     return renamed
+
+
+WEIGHTS_ROLE = {"falsify.role": "weights"}
+
+
+def _weight_digest(path: Path | None, v: Verification) -> str | None:
+    """The sha256 of a weights file found by recorded_weights; None (missing) when it was not found or cannot be
+    read as a regular file (the cause is a problem of its own)."""
+    if path is None:
+        return None
+    try:
+        return safefile.sha256(path, what="weights file")
+    except safefile.FileLayerError as exc:
+        v.problems.append(str(exc))
+        return None
 
 
 def _json(path: Path, v: Verification) -> Any:
