@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import http.client
 import json
+import math
 import os
 import shlex
 import signal
@@ -33,17 +34,28 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from falsify import boundedjson
+from falsify.engines.deadline_http import DeadlineConnection
 from falsify.errors import FalsifyError
 
 MODEL_ENV = "FALSIFY_ENGINE_MODEL"
+TIMEOUT_ENV = "FALSIFY_OPENAI_TIMEOUT"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 START_TIMEOUT = 120.0  # seconds a started server has to answer /v1/models
-REQUEST_TIMEOUT = 300.0
+REQUEST_TIMEOUT = (
+    300.0  # seconds one request may take, all of it: connect, headers, body ($FALSIFY_OPENAI_TIMEOUT)
+)
+GET_TIMEOUT = 30.0
 CONCURRENCY_TOKENS = 1000
+# What a reply may cost the harness (issue #27): a body, one SSE line, one event's data.
+MAX_BODY = 16 * 2**20
+MAX_SSE_LINE = 2**20
+MAX_EVENT = 16 * 2**20
 
 
 def probe_prompt(seed: int, n: int, low: int = 259, high: int = 512) -> list[int]:
@@ -92,9 +104,14 @@ class Stream:
     """An open SSE reply: read tokens one at a time, then `close()` the connection (a client hanging up)."""
 
     def __init__(
-        self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse | None, t0: float
+        self,
+        conn: DeadlineConnection,
+        response: http.client.HTTPResponse | None,
+        t0: float,
+        timeout: float = REQUEST_TIMEOUT,
     ) -> None:
         self.conn, self.response, self.t0 = conn, response, t0
+        self.timeout = timeout  # the whole stream's, from the request on
         # The socket itself: once a reply without a length arrives, http.client hands it to the response and
         # the connection no longer holds it.
         self.sock = conn.sock
@@ -104,19 +121,21 @@ class Stream:
 
     def next_token(self) -> bool:
         """Read until the next chunk that carries text or a token; False at the end of the stream."""
-        if self.response is None:
-            self.response = self.conn.getresponse()
-        while not self.done:
-            data = _sse_data(self.response)
-            if data is None or data == "[DONE]":
-                self.done = True
-                break
-            choice = _first_choice(json.loads(data))
-            if choice is not None and _chunk_has_token(choice):
+        with _reading("the stream", self.timeout):
+            if self.response is None:
+                self.response = self.conn.getresponse()
+            while not self.done:
+                data = _sse_data(self.response)
+                if data is None or data == "[DONE]":
+                    self.done = True
+                    break
+                choice = _first_choice(_json(data, "a streamed chunk"))
+                if choice is None or not _chunk_has_token(choice):
+                    continue
                 self.tokens += 1
                 self.times.append(time.perf_counter() - self.t0)
                 return True
-        return False
+            return False
 
     def close(self) -> None:
         """Hang up: shut the socket both ways and close it, as a client that goes away does."""
@@ -137,10 +156,15 @@ class OpenAIEngine:
         self.spec = spec
         self.process: subprocess.Popen[bytes] | None = None
         self._concurrency: tuple[bool, str] | None = None
+        self.timeout = _timeout()
         rest = spec.removeprefix("openai+")
         if rest.startswith("exec:"):
             port = _free_port()
-            argv = [a.replace("{port}", str(port)) for a in shlex.split(rest[len("exec:") :])]
+            try:
+                words = shlex.split(rest[len("exec:") :])
+            except ValueError as exc:
+                raise OpenAIError(f"engine {spec!r}: exec: cannot be split into words ({exc})") from None
+            argv = [a.replace("{port}", str(port)) for a in words]
             if not argv:
                 raise OpenAIError(f"engine {spec!r}: exec: names no command")
             self.host, self.port = "127.0.0.1", port
@@ -149,12 +173,16 @@ class OpenAIEngine:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_exit_with_parent)
             atexit.register(self.close)
         else:
-            url = urlsplit(rest)
-            if url.scheme != "http" or url.hostname not in LOOPBACK or url.port is None:
+            try:
+                url = urlsplit(rest)
+                port_ = url.port
+            except ValueError as exc:  # a port out of range or not a number, a broken IPv6 literal
+                raise OpenAIError(f"engine {spec!r}: not a URL ({exc})") from None
+            if url.scheme != "http" or url.hostname not in LOOPBACK or port_ is None:
                 raise OpenAIError(
                     f"engine {spec!r}: expected openai+http://127.0.0.1:PORT (loopback only) or openai+exec:CMD"
                 )
-            self.host, self.port = url.hostname, url.port
+            self.host, self.port = url.hostname, port_
         self.model = model or os.environ.get(MODEL_ENV) or self._first_model()
 
     def supports(self, capability: str) -> str | None:
@@ -216,15 +244,19 @@ class OpenAIEngine:
             proc.wait(10)
 
     # -- requests -------------------------------------------------------------------------------------------------
-    def _conn(self, timeout: float = REQUEST_TIMEOUT) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+    def _conn(self, timeout: float | None = None) -> DeadlineConnection:
+        """A connection whose whole exchange ends within `timeout` (default: the request timeout)."""
+        return DeadlineConnection(self.host, self.port, time.monotonic() + (timeout or self.timeout))
 
     def get(self, path: str) -> tuple[int, bytes]:
-        conn = self._conn(30)
+        """Status and body of GET `path` (at most MAX_BODY bytes). OSError when the server cannot be reached (the
+        start-up wait retries on it); OpenAIError for a reply too slow, too large or not HTTP."""
+        conn = self._conn(min(GET_TIMEOUT, self.timeout))
         try:
             conn.request("GET", path)
-            response = conn.getresponse()
-            return response.status, response.read()
+            with _reading(f"GET {path}", min(GET_TIMEOUT, self.timeout)):
+                response = conn.getresponse()
+                return response.status, _body(response, f"GET {path}")
         finally:
             conn.close()
 
@@ -243,9 +275,11 @@ class OpenAIEngine:
                     raise OpenAIError(f"engine {self.spec!r}: no answer from /v1/models: {exc}") from None
                 time.sleep(0.2)
         try:
-            models = json.loads(body)["data"]
-            return str(models[0]["id"])
-        except (ValueError, KeyError, IndexError, TypeError):
+            models = _json(body, "/v1/models")["data"]
+            if not isinstance(models[0]["id"], str):
+                raise TypeError("a model id must be a string")
+            return models[0]["id"]
+        except (OpenAIError, KeyError, IndexError, TypeError):
             raise OpenAIError(
                 f"engine {self.spec!r}: /v1/models answered {status} without a model id: {body[:200]!r}"
             ) from None
@@ -293,20 +327,23 @@ class OpenAIEngine:
         path = "/v1/chat/completions" if chat else "/v1/completions"
         conn = self._conn()
         t0 = time.perf_counter()
-        conn.request(
-            "POST",
-            path,
-            json.dumps(self.body(prompt, max_tokens, stream=True, **kw)),
-            {"Content-Type": "application/json"},
-        )
-        if not wait:
-            return Stream(conn, None, t0)
-        response = conn.getresponse()
-        if response.status != 200:
-            text = response.read()[:300]
+        try:
+            with _reading(f"POST {path}", self.timeout):
+                conn.request(
+                    "POST",
+                    path,
+                    json.dumps(self.body(prompt, max_tokens, stream=True, **kw)),
+                    {"Content-Type": "application/json"},
+                )
+                if not wait:
+                    return Stream(conn, None, t0, self.timeout)
+                response = conn.getresponse()
+                if response.status != 200:
+                    raise OpenAIError(f"POST {path} answered {response.status}: {response.read(300)!r}")
+        except BaseException:
             conn.close()
-            raise OpenAIError(f"POST {path} answered {response.status}: {text!r}")
-        return Stream(conn, response, t0)
+            raise
+        return Stream(conn, response, t0, self.timeout)
 
     def complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         """One request, read to its end."""
@@ -315,20 +352,21 @@ class OpenAIEngine:
         conn = self._conn()
         t0 = time.perf_counter()
         try:
-            conn.request(
-                "POST",
-                path,
-                json.dumps(self.body(prompt, max_tokens, **kw)),
-                {"Content-Type": "application/json"},
-            )
-            response = conn.getresponse()
-            if response.status != 200:
-                raise OpenAIError(f"POST {path} answered {response.status}: {response.read()[:300]!r}")
-            if not stream:
-                reply = json.loads(response.read())
-                seconds = time.perf_counter() - t0
-                return _whole(reply, seconds)
-            return _streamed(response, t0)
+            with _reading(f"POST {path}", self.timeout):
+                conn.request(
+                    "POST",
+                    path,
+                    json.dumps(self.body(prompt, max_tokens, **kw)),
+                    {"Content-Type": "application/json"},
+                )
+                response = conn.getresponse()
+                if response.status != 200:
+                    raise OpenAIError(f"POST {path} answered {response.status}: {response.read(300)!r}")
+                if not stream:
+                    reply = _json(_body(response, f"POST {path}"), f"POST {path}'s reply")
+                    seconds = time.perf_counter() - t0
+                    return _whole(reply, seconds)
+                return _streamed(response, t0)
         finally:
             conn.close()
 
@@ -347,13 +385,15 @@ class OpenAIEngine:
                     key, _, value = line.rpartition(" ")
                     name = key.split("{")[0]
                     if name.endswith(("tokens_predicted_total", "generation_tokens_total")):
-                        report["tokens_predicted_total"] = float(value)
+                        report["tokens_predicted_total"] = _counter(value, f"/metrics {name}")
             status, body = self.get("/slots")
             if status == 200:
-                slots = json.loads(body)
+                slots = _json(body, "/slots")
                 if isinstance(slots, list):
-                    report["slots_processing"] = float(sum(bool(s.get("is_processing")) for s in slots))
-        except (OSError, ValueError):
+                    if not all(isinstance(s, dict) for s in slots):
+                        raise OpenAIError("/slots: expected a list of objects")
+                    report["slots_processing"] = float(sum(s.get("is_processing") is True for s in slots))
+        except OSError:
             return report or None
         return report or None
 
@@ -374,35 +414,117 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _timeout() -> float:
+    raw = os.environ.get(TIMEOUT_ENV)
+    if raw is None:
+        return REQUEST_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        raise OpenAIError(f"{TIMEOUT_ENV}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise OpenAIError(f"{TIMEOUT_ENV}={raw!r} must be a finite number > 0")
+    return value
+
+
+@contextlib.contextmanager
+def _reading(what: str, timeout: float) -> Iterator[None]:
+    """Transport failures while talking to the server, as one named OpenAIError: a deadline passed (the whole
+    exchange, however slowly the bytes came), a reply that is not HTTP, a connection reset."""
+    try:
+        yield
+    except TimeoutError:
+        raise OpenAIError(
+            f"{what}: no complete reply within {timeout:g} s ({TIMEOUT_ENV}; the whole exchange, not each read)"
+        ) from None
+    except (http.client.HTTPException, ConnectionError) as exc:
+        raise OpenAIError(f"{what}: the server broke the exchange ({type(exc).__name__}: {exc})") from None
+
+
+def _body(response: http.client.HTTPResponse, what: str) -> bytes:
+    data = response.read(MAX_BODY + 1)
+    if len(data) > MAX_BODY:
+        raise OpenAIError(f"{what}: a body over {MAX_BODY:,} bytes")
+    return data
+
+
+def _json(data: bytes | str, what: str) -> Any:
+    """One document from the server through the bounded reader: any failure is an OpenAIError naming it."""
+    try:
+        return boundedjson.loads(data, what=what, max_bytes=MAX_BODY)
+    except boundedjson.JsonFormatError as exc:
+        raise OpenAIError(str(exc)) from None
+
+
+def _counter(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise OpenAIError(f"{what}: {text[:40]!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise OpenAIError(f"{what}: {text[:40]!r} is not a count (finite, >= 0)")
+    return value
+
+
 def _sse_data(response: http.client.HTTPResponse) -> str | None:
-    """The next `data:` payload of a server-sent event stream; None at its end."""
+    """The next `data:` payload of a server-sent event stream; None at its end. A line over MAX_SSE_LINE bytes,
+    an event over MAX_EVENT, or bytes that are not UTF-8 are an OpenAIError."""
     data: list[str] = []
+    size = 0
     while True:
-        line = response.readline()
+        line = response.readline(MAX_SSE_LINE + 1)
+        if len(line) > MAX_SSE_LINE:
+            raise OpenAIError(f"the event stream sent a line over {MAX_SSE_LINE:,} bytes")
         if not line:
             return "\n".join(data) if data else None
-        text = line.decode("utf-8").rstrip("\r\n")
+        try:
+            text = line.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as exc:
+            raise OpenAIError(f"the event stream sent a line that is not UTF-8 (byte {exc.start})") from None
         if not text:
             if data:
                 return "\n".join(data)
             continue
         if text.startswith("data:"):
             data.append(text[5:].lstrip(" "))
+            size += len(text)
+            if size > MAX_EVENT:
+                raise OpenAIError(f"the event stream sent an event over {MAX_EVENT:,} bytes")
 
 
 def _first_choice(chunk: Any) -> dict[str, Any] | None:
     if isinstance(chunk, dict) and "error" in chunk:
-        raise OpenAIError(f"the stream carried an error: {chunk['error']}")
+        raise OpenAIError(f"the stream carried an error: {str(chunk['error'])[:300]}")
     choices = chunk.get("choices") if isinstance(chunk, dict) else None
     return choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+
+
+# The fields a falsifier reads, each of the type the API gives it or an OpenAIError naming it: a server's reply is
+# data to check, and `True` for a token count or `{"a": 1}` for a text must not pass as one (issue #27).
+def _str_or_none(value: Any, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise OpenAIError(f"{what}: expected a string or null, got {repr(value)[:80]}")
+    return value
+
+
+def _count(value: Any, what: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise OpenAIError(f"{what}: expected an integer >= 0 or null, got {repr(value)[:80]}")
+    return value
 
 
 def _content(choice: dict[str, Any]) -> str:
     for key in ("delta", "message"):
         part = choice.get(key)
         if isinstance(part, dict):
-            return str(part.get("content") or "")
-    return str(choice.get("text") or "")
+            return _str_or_none(part.get("content"), f"choices[0].{key}.content") or ""
+    return _str_or_none(choice.get("text"), "choices[0].text") or ""
+
+
+def _logprob(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise OpenAIError(f"{what}: expected a finite number, got {repr(value)[:80]}")
+    return float(value)
 
 
 def _logprob_entries(choice: dict[str, Any]) -> tuple[list[str], list[float]] | None:
@@ -410,17 +532,35 @@ def _logprob_entries(choice: dict[str, Any]) -> tuple[list[str], list[float]] | 
     if not isinstance(lp, dict):
         return None
     if isinstance(lp.get("content"), list):  # chat
-        return [str(e.get("token")) for e in lp["content"]], [float(e.get("logprob")) for e in lp["content"]]
+        entries = lp["content"]
+        if not all(isinstance(e, dict) for e in entries):
+            raise OpenAIError("choices[0].logprobs.content: expected a list of objects")
+        return (
+            [str(_str_or_none(e.get("token"), "logprobs.content[].token")) for e in entries],
+            [_logprob(e.get("logprob"), "logprobs.content[].logprob") for e in entries],
+        )
     if isinstance(lp.get("tokens"), list):  # completions
-        return [str(t) for t in lp["tokens"]], [float(x) for x in lp.get("token_logprobs") or []]
+        values = lp.get("token_logprobs") or []
+        if not isinstance(values, list):
+            raise OpenAIError("choices[0].logprobs.token_logprobs: expected a list")
+        return (
+            [str(_str_or_none(t, "logprobs.tokens[]")) for t in lp["tokens"]],
+            [_logprob(x, "logprobs.token_logprobs[]") for x in values],
+        )
     return None
 
 
 def _ids(choice: dict[str, Any]) -> list[int] | None:
     ids = choice.get("token_ids")
-    if isinstance(ids, list) and all(isinstance(t, int) for t in ids):
-        return list(ids)
-    return None
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids
+    ):
+        raise OpenAIError(
+            f"choices[0].token_ids: expected a list of token ids (ints >= 0), got {repr(ids)[:80]}"
+        )
+    return list(ids)
 
 
 def _chunk_has_token(choice: dict[str, Any]) -> bool:
@@ -441,13 +581,14 @@ def _whole(reply: Any, seconds: float) -> Completion:
     entries = _logprob_entries(choice)
     ids = _ids(choice)
     usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+    assert isinstance(reply, dict)  # _first_choice found a choice in it
     return Completion(
         text=_content(choice),
         token_ids=None if ids is None else tuple(ids),
         pieces=None if entries is None else tuple(entries[0]),
         logprobs=None if entries is None else tuple(entries[1]),
-        finish_reason=choice.get("finish_reason"),
-        completion_tokens=usage.get("completion_tokens"),
+        finish_reason=_str_or_none(choice.get("finish_reason"), "choices[0].finish_reason"),
+        completion_tokens=_count(usage.get("completion_tokens"), "usage.completion_tokens"),
         chunks=0,
         token_times=(),
         seconds=seconds,
@@ -463,9 +604,9 @@ def _streamed(response: http.client.HTTPResponse, t0: float) -> Completion:
         data = _sse_data(response)
         if data is None or data == "[DONE]":
             break
-        chunk = json.loads(data)
+        chunk = _json(data, "a streamed chunk")
         if isinstance(chunk, dict) and isinstance(chunk.get("usage"), dict):
-            usage_tokens = chunk["usage"].get("completion_tokens")
+            usage_tokens = _count(chunk["usage"].get("completion_tokens"), "usage.completion_tokens")
         choice = _first_choice(chunk)
         if choice is None:
             continue
@@ -483,7 +624,7 @@ def _streamed(response: http.client.HTTPResponse, t0: float) -> Completion:
             has_entries = True
             pieces.extend(entries[0])
             logprobs.extend(entries[1])
-        finish = choice.get("finish_reason") or finish
+        finish = _str_or_none(choice.get("finish_reason"), "choices[0].finish_reason") or finish
     return Completion(
         text="".join(text),
         token_ids=None if ids is None else tuple(ids),

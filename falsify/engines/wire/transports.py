@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import io
 import os
 import selectors
 import shlex
 import signal
-import socket
 import subprocess
 import time
 from collections import deque
 from typing import Any
 from urllib.parse import urlsplit
+
+from falsify.engines.deadline_http import DeadlineConnection
 
 Item = tuple[str, Any]
 
@@ -198,80 +198,6 @@ class StdioTransport:
         self._selector.close()
 
 
-class _DeadlineSocket:
-    """A connected socket whose every send and receive ends by one deadline (`deadline`, time.monotonic()), not a
-    timeout per call: a reply dripped one byte a second, or an endless run of `100 Continue` responses, cannot
-    outlast it. http.client reads through `makefile`, so its status line, headers and body all share it."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock = sock
-        self.deadline = deadline
-        self._readers = 0  # as socket.makefile does: the socket closes when its last reader and it are closed
-        self._closed = False
-
-    def _left(self) -> float:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("timed out")
-        return remaining
-
-    def sendall(self, data: bytes) -> None:
-        self._sock.settimeout(self._left())  # since Python 3.5 the timeout bounds the whole sendall
-        self._sock.sendall(data)
-
-    def recv_into(self, buffer: Any) -> int:
-        self._sock.settimeout(self._left())
-        return self._sock.recv_into(buffer)
-
-    def makefile(self, mode: str = "rb") -> io.BufferedReader:
-        assert mode == "rb", mode
-        self._readers += 1
-        return io.BufferedReader(_DeadlineReader(self))
-
-    def reader_closed(self) -> None:
-        self._readers -= 1
-        if self._closed and self._readers == 0:
-            self._sock.close()
-
-    def close(self) -> None:
-        self._closed = True
-        if self._readers == 0:
-            self._sock.close()
-
-    def setsockopt(self, *args: Any) -> None:
-        self._sock.setsockopt(*args)
-
-
-class _DeadlineReader(io.RawIOBase):
-    def __init__(self, sock: _DeadlineSocket) -> None:
-        self._sock = sock
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        return self._sock.recv_into(buffer)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._sock.reader_closed()
-        super().close()
-
-
-class _DeadlineConnection(http.client.HTTPConnection):
-    """An HTTPConnection whose connect, request and response all end by `deadline`."""
-
-    def __init__(self, host: str, port: int, deadline: float) -> None:
-        super().__init__(host, port, timeout=max(deadline - time.monotonic(), 0.001))
-        self.deadline = deadline
-        self.deadline_sock: _DeadlineSocket | None = None
-
-    def connect(self) -> None:
-        super().connect()
-        self.deadline_sock = _DeadlineSocket(self.sock, self.deadline)
-        self.sock = self.deadline_sock
-
-
 class HttpTransport:
     """`http://HOST:PORT`: each message is one `POST /rpc`. A request's response body is the stream of JSON lines
     the engine sends while serving it (its own requests and notifications), ending with the reply; a message that
@@ -288,10 +214,10 @@ class HttpTransport:
         self.path = (parts.path.rstrip("/") or "") + "/rpc"
         self.max_line = max_line
         self.timeout = timeout
-        self._stream: tuple[_DeadlineConnection, http.client.HTTPResponse, int] | None = None
+        self._stream: tuple[DeadlineConnection, http.client.HTTPResponse, int] | None = None
 
-    def _post(self, line: bytes, timeout: float) -> tuple[_DeadlineConnection, http.client.HTTPResponse]:
-        conn = _DeadlineConnection(self.host, self.port, time.monotonic() + timeout)
+    def _post(self, line: bytes, timeout: float) -> tuple[DeadlineConnection, http.client.HTTPResponse]:
+        conn = DeadlineConnection(self.host, self.port, time.monotonic() + timeout)
         try:
             conn.request("POST", self.path, body=line + b"\n", headers={"Content-Type": "application/json"})
             return conn, conn.getresponse()
