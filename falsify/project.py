@@ -17,10 +17,12 @@ add (`falsify init` writes a working starter). Keys (docs/reference/config.md):
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import tomllib
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -106,9 +108,18 @@ def find_project_or_none(start: Path | None = None) -> Project | None:
 
 def _table(pyproject: Path) -> dict[str, Any] | None:
     try:
-        data = tomllib.loads(safefile.read_text(pyproject, limit=MAX_PYPROJECT, what="pyproject.toml"))
+        text = safefile.read_text(pyproject, limit=MAX_PYPROJECT, what="pyproject.toml")
     except safefile.FileLayerError as exc:
         raise ProjectError(str(exc)) from None
+    return copy.deepcopy(_parsed_table(pyproject, text))
+
+
+@lru_cache(maxsize=4)  # a text is at most MAX_PYPROJECT
+def _parsed_table(pyproject: Path, text: str) -> dict[str, Any] | None:
+    """[tool.falsify] of this pyproject text, parsed once per text: the gate lints 70-odd contract and mutant
+    files, each finding its project (issue #28). Keyed by the text itself, so an edited file is parsed again."""
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ProjectError(f"{pyproject}: not valid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables

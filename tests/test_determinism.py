@@ -69,6 +69,10 @@ def child_digests(engine_spec: str, threads: int) -> dict[str, list[str]]:
     env = dict(os.environ)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = str(threads)
+    # Idle OpenBLAS threads sleep after 2^4 cycles of waiting instead of OpenBLAS's default 2^28: on two shared
+    # cores the spinning of the 2- and 3-thread children cost ~0.2 s CPU each (issue #28). How a product is split
+    # over the threads, and so its bytes, does not depend on it.
+    env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     done = subprocess.run(
         [sys.executable, __file__, engine_spec],
         env=env,

@@ -23,6 +23,7 @@ import ast
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -233,32 +234,56 @@ def _empty(value: Any) -> bool:
     return isinstance(value, list | tuple | str) and len(value) == 0
 
 
-def _sub(node: ast.AST, values: dict[str, Any]) -> Any:
-    """The value of one subexpression, through the formula language itself (never eval)."""
-    return parse(ast.unparse(node)).evaluate(values)
+# A vacuity step: ("empty", x) is all/any/is_prefix of x; ("in", x) is `a in x`; ("both", right, left) is a
+# comparison of two sequences. A sub-formula that does not parse is None: that step never shows emptiness.
+_Step = tuple[str, Formula | None, Formula | None]
 
 
-def _over_nothing(node: ast.AST, values: dict[str, Any]) -> bool:
-    """`all(x)`/`any(x)`/`is_prefix(x, ...)` of an empty x, `a == b` (or <, !=, ...) of two empty sequences, or
-    `a in x` of an empty x."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return (
-            node.func.id in ("all", "any", "is_prefix")
-            and bool(node.args)
-            and _empty(_sub(node.args[0], values))
-        )
-    if isinstance(node, ast.Compare) and len(node.ops) == 1:
-        right = _sub(node.comparators[0], values)
-        if isinstance(node.ops[0], ast.In | ast.NotIn):
-            return _empty(right)
-        return _empty(right) and _empty(_sub(node.left, values))
-    return False
+def _sub_formula(node: ast.AST) -> Formula | None:
+    """One subexpression as a formula of its own, through the formula language itself (never eval)."""
+    try:
+        return parse(ast.unparse(node))
+    except FormulaError:
+        return None
 
 
-def _quantifies_over_nothing(node: ast.AST, values: dict[str, Any]) -> bool:
-    for sub in ast.walk(node):
+@lru_cache(maxsize=4096)  # per formula text, as parse is: a check's vacuity is judged on each check's values
+def _vacuity_plan(formula: Formula) -> tuple[tuple[_Step, ...], ...]:
+    """Per conjunct of the formula, the subexpressions whose emptiness makes it hold over nothing: `all(x)`,
+    `any(x)`, `is_prefix(x, ...)` of an empty x, `a == b` (or <, !=, ...) of two empty sequences, or `a in x` of
+    an empty x. Built once per formula (unparsing and parsing each subexpression per check cost seconds)."""
+    body = formula.tree.body
+    conjuncts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) else [body]
+    plan = []
+    for conjunct in conjuncts:
+        steps: list[_Step] = []
+        for node in ast.walk(conjunct):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                if node.func.id in ("all", "any", "is_prefix") and node.args:
+                    steps.append(("empty", _sub_formula(node.args[0]), None))
+            elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+                right = _sub_formula(node.comparators[0])
+                if isinstance(node.ops[0], ast.In | ast.NotIn):
+                    steps.append(("in", right, None))
+                else:
+                    steps.append(("both", right, _sub_formula(node.left)))
+        plan.append(tuple(steps))
+    return tuple(plan)
+
+
+def _over_nothing(step: _Step, values: dict[str, Any]) -> bool:
+    kind, first, second = step
+    if first is None or not _empty(first.evaluate(values)):
+        return False
+    if kind == "both":
+        return second is not None and _empty(second.evaluate(values))
+    return True
+
+
+def _quantifies_over_nothing(steps: tuple[_Step, ...], values: dict[str, Any]) -> bool:
+    for step in steps:
         try:
-            if _over_nothing(sub, values):
+            if _over_nothing(step, values):
                 return True
         except FormulaError:
             continue
@@ -270,9 +295,7 @@ def vacuous(formula: Formula, values: dict[str, Any], observables: set[str]) -> 
     given = [values[n] for n in formula.names if n in observables and n in values]
     if given and all(_empty(v) for v in given):
         return True
-    body = formula.tree.body
-    conjuncts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) else [body]
-    return any(_quantifies_over_nothing(c, values) for c in conjuncts)
+    return any(_quantifies_over_nothing(steps, values) for steps in _vacuity_plan(formula))
 
 
 # -- strategies -----------------------------------------------------------------------------------------------

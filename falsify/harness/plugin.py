@@ -26,6 +26,7 @@ from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import CannotShowHere, Observation
 from falsify.harness.collection import UnmarkedModules
+from falsify.harness.results import write_results
 from falsify.project import Project, ProjectError, find_project_or_none
 
 NOT_APPLICABLE = "NOT APPLICABLE: "
@@ -114,6 +115,7 @@ class FalsifyPlugin:
         self.corpus: Corpus | None = None
         self._engine: Any = None
         self.results: dict[str, dict[str, Any]] = {}
+        self._written: dict[str, str] = {}  # node id -> its finished record, encoded (results.write_results)
         self.collected: dict[str, list[str]] = {}  # falsifier node id -> the predictions it names
         # falsifier node id -> its file, relative to the rootdir; absolute for a pack's falsifier installed outside
         # it (site-packages), where its node id alone does not find it again (the mutant runner runs it by path)
@@ -347,8 +349,8 @@ class FalsifyPlugin:
         elif report.when == "call" and record["outcome"] == "not run":
             record["outcome"] = "passed"
         if report.when == "teardown":
-            # After each test, so a run stopped at the gate's timeout (or killed) keeps what it had found: compact,
-            # through json's C encoder (an indented dump is pure Python, and 240 of them cost seconds of CPU).
+            # After each test, so a run stopped at the gate's timeout (or killed) keeps what it had found.
+            self._written[report.nodeid] = json.dumps(record, sort_keys=True, default=repr)
             self._write_results(compact=True)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -414,10 +416,7 @@ class FalsifyPlugin:
             "counts": dict(self.counts),
             **({"wire_coverage": self.wire_coverage} if getattr(self, "wire_coverage", None) else {}),
         }
-        tmp = Path(f"{path}.tmp")
-        text = json.dumps(payload, indent=None if compact else 1, sort_keys=True, default=repr)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)  # a reader never sees half a file
+        write_results(Path(path), payload, self._written if compact else None)
 
 
 def _importable(module: str) -> bool:

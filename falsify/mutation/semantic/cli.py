@@ -55,6 +55,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, help="seconds per mutant (default: 60, or 5x the control run)")
     p.add_argument("--diff", action="store_true", help="print each mutant's diff")
     p.add_argument(
+        "--fresh-control",
+        action="store_true",
+        help="run the control even when a green one of the same tree, engine and versions is stored "
+        "(.falsify/control/)",
+    )
+    p.add_argument(
         "--no-forkserver",
         dest="forkserver",
         action="store_false",
@@ -115,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         forkserver=args.forkserver,
         executor=args.executor,
         address=args.address,
+        reuse_control=not args.fresh_control,
     )
     with sigterm_interrupts():
         result = Runner(project, corpus, settings, progress=lambda line: print(line, flush=True)).run(mutants)

@@ -142,11 +142,27 @@ def verdict(run: Run) -> tuple[str, bool]:
     note = f" ({partly} not by every listed prediction)" if partly else ""
     return (
         f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {detected} of {judged} "
-        f"applied; control green ({len(run.control.selected)} falsifiers, {run.control.seconds:.1f} s); "
-        f"{run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}; "
+        f"applied; {control_text(run)}; {run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}; "
         f"{len(run.corpus.predictions)} predictions: "
         f"{proof_summary(proofs(run.corpus, red_by_mutant(run), cannot_show(run)))}"
     ), ok
+
+
+def control_text(run: Run) -> str:
+    """The control's part of the verdict, its time apart from the mutants' time."""
+    assert run.control is not None
+    c = run.control
+    mutants = max(run.wall - run.control_wall, 0.0)
+    seconds = sorted(r.seconds for r in run.results if r.seconds)
+    median = f", median {seconds[len(seconds) // 2]:.1f} s per mutant run" if seconds else ""
+    if c.reused:
+        control = (
+            f"control reused from {c.reused} ({len(c.selected)} falsifiers green in {c.seconds:.1f} s when recorded "
+            f"{c.recorded}; {run.control_wall:.1f} s to read it here)"
+        )
+    else:
+        control = f"control green ({len(c.selected)} falsifiers, {c.seconds:.1f} s)"
+    return f"{control}; mutants {mutants:.1f} s wall{median}"
 
 
 def to_stryker(run: Run) -> dict[str, Any]:
@@ -190,12 +206,20 @@ def to_stryker(run: Run) -> dict[str, Any]:
                 tests_completed=len(r.tests) if r.tests else None,
             )
         )
-    control = run.control.seconds * 1000 if run.control else 0.0
+    # initialRun: what this run spent on the control (reading a stored one when it was reused, as config says)
+    control = run.control_wall * 1000 if run.control else 0.0
+    reused = (
+        {
+            "control": f"reused from {run.control.reused}, recorded {run.control.recorded} in {run.control.seconds:.1f} s"
+        }
+        if run.control and run.control.reused
+        else {}
+    )
     return stryker.report(
         files,
         framework="falsify mutants",
         version=__version__,
-        config={"scope": run.settings.scope, "engine": run.settings.engine, "jobs": run.jobs},
+        config={"scope": run.settings.scope, "engine": run.settings.engine, "jobs": run.jobs, **reused},
         tests=sorted(tests),
         project_root=str(run.project.root),
         performance={"setup": 0.0, "initialRun": control, "mutation": run.wall * 1000 - control},

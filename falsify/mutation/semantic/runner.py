@@ -31,10 +31,11 @@ from typing import Any
 from falsify.contracts.corpus import Corpus, Mutant
 from falsify.harness.command import falsifier_args, falsifier_dirs, target
 from falsify.harness.proven import CANNOT_SHOW_REASON
-from falsify.harness.results import Outcome, PredictionResult, per_prediction
+from falsify.harness.results import Outcome, per_prediction
 from falsify.mutation import executors
 from falsify.mutation.executors import available_cores
 from falsify.mutation.semantic import edits, probe
+from falsify.mutation.semantic.control import Control, green_text, reuse_or_run
 from falsify.mutation.semantic.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
 from falsify.mutation.semantic.scratch import Finished, Interrupted, Scratch
 from falsify.project import Project, find_project, source_problem
@@ -78,20 +79,6 @@ class MutantResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Control:
-    ok: bool
-    seconds: float
-    tests: dict[str, tuple[str, ...]]  # falsifier node id -> predictions it is bound to
-    rows: list[PredictionResult]
-    detail: str
-    imported: dict[str, str | None]  # module -> file it was imported from
-    selected: tuple[str, ...] = ()  # the falsifiers the control ran: those some mutant will run
-    durations: dict[str, float] = field(default_factory=dict)  # falsifier -> seconds in the control
-    # falsifier node id -> what pytest runs: the node id, or an installed pack's file path + the id's tail
-    targets: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
 class Settings:
     engine: str = "reference"
     jobs: int = 0  # 0: one per available core
@@ -102,6 +89,7 @@ class Settings:
     control_timeout: float = 1800.0
     executor: str = "local"  # falsify/mutation/executors.py: local threads, or one Ray task per mutant
     address: str | None = None  # the Ray cluster (ray.init address: "auto", "HOST:PORT")
+    reuse_control: bool = True  # read a stored green control of the same tree and engine (control.py)
 
 
 @dataclass(slots=True)
@@ -113,6 +101,7 @@ class Run:
     results: list[MutantResult] = field(default_factory=list)
     wall: float = 0.0
     jobs: int = 1
+    control_wall: float = 0.0  # seconds this run spent on the control: running it, or reading a stored one
 
 
 def module_name(file: str, src_layout: bool = False) -> str:
@@ -188,6 +177,15 @@ class Runner:
         return finished, data, probed
 
     # -- the control --------------------------------------------------------------------------------------------
+    def control_for(self, scratch: Scratch, mutants: list[Mutant]) -> Control:
+        """A stored green control of this tree, engine and mutant set (control.py), else the control run here."""
+        if not self.settings.reuse_control:
+            return self.run_control(scratch, mutants)
+        where = (self.project.root, scratch.exclude, self.settings.engine, self.settings.scope)
+        return reuse_or_run(
+            *where, [m.id for m in mutants], lambda: self.run_control(scratch, mutants), self.say
+        )
+
     def run_control(self, scratch: Scratch, mutants: list[Mutant]) -> Control:
         """Collect the falsifiers, then run the ones the mutants will run, on an unmutated copy."""
         tree = scratch.copy("control")
@@ -500,13 +498,14 @@ class Runner:
                 self.say(
                     "mutants: control — the mutants' falsifiers on an unmutated copy (HYPOTHESIS_PROFILE=mutation)"
                 )
-                self.control = run.control = self.run_control(scratch, mutants)
+                self.control = run.control = self.control_for(scratch, mutants)
+                run.control_wall = time.perf_counter() - start
                 if not self.control.ok:
                     run.wall = time.perf_counter() - start
                     return run
                 self.say(
-                    f"mutants: control green — {len(self.control.selected)} falsifiers in {self.control.seconds:.1f} s; running "
-                    f"{len(mutants)} mutants on {run.jobs} workers (scope {self.settings.scope})"
+                    f"mutants: control {green_text(self.control, run.control_wall)}; running {len(mutants)} mutants on {run.jobs} workers "
+                    f"(scope {self.settings.scope})"
                 )
                 timeout = self.settings.timeout or max(60.0, 5 * self.control.seconds)
                 stream = self.results(scratch, mutants, timeout, run.jobs)

@@ -1,0 +1,322 @@
+"""The mutants' control run: its record, kept and reused while nothing it depends on changed (issue #28).
+
+The control (runner.py) runs every selected falsifier on an unmutated copy of the project; it is the slowest part
+of a small `falsify mutants` run. Its result is stored under the project's scratch directory,
+`.falsify/control/<key>.json`, where the key is a sha256 over everything the run depends on:
+
+    the files a scratch copy holds (scratch.py's rules: path and content of each), the harness's own files
+    (falsify/, wherever it is installed), the engine spec and, for an engine module outside the project, its
+    package's files; the mutants run (their ids: they choose the falsifiers), the scope; the Python, numpy,
+    pytest and hypothesis versions; and the environment variables that change a forward's bytes or the examples.
+
+Any edit anywhere in the tree or the engine gives another key, so a stale entry is never found, only left behind.
+Only a green control is stored. An entry is read back only when it parses, names its own key and carries the
+sha256 of its body: anything else is refused by name (the file and why) and the control runs again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from falsify.harness.results import Outcome, PredictionResult
+from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
+
+VERSION = 1  # of the entry format
+DIRECTORY = Path(".falsify/control")
+ENV = (  # what changes the bytes of a forward or the examples hypothesis draws
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "PYTHONHASHSEED",
+    "HYPOTHESIS_PROFILE",
+    "FALSIFY_ENGINE",
+)
+VERSIONS = ("numpy", "pytest", "hypothesis")
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    ok: bool
+    seconds: float
+    tests: dict[str, tuple[str, ...]]  # falsifier node id -> predictions it is bound to
+    rows: list[PredictionResult]
+    detail: str
+    imported: dict[str, str | None]  # module -> file it was imported from
+    selected: tuple[str, ...] = ()  # the falsifiers the control ran: those some mutant will run
+    durations: dict[str, float] = field(default_factory=dict)  # falsifier -> seconds in the control
+    # falsifier node id -> what pytest runs: the node id, or an installed pack's file path + the id's tail
+    targets: dict[str, str] = field(default_factory=dict)
+    reused: str = (
+        ""  # the stored entry this control was read from (see the module docstring); "" when it ran here
+    )
+    recorded: str = ""  # when a reused control ran (UTC)
+
+
+class CorruptEntry(Exception):
+    """A stored control that cannot be trusted; the message says which file and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A control read back: its fields (Control's), when it was run, the file it came from."""
+
+    fields: dict[str, Any]
+    recorded: str  # UTC time the control ran
+    path: Path
+
+
+def _files(root: Path, exclude: tuple[str, ...]) -> list[Path]:
+    """The files a scratch copy of `root` holds (scratch.Scratch.copy's rules), sorted."""
+    out = []
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        top = Path(directory) == root
+        keep = []
+        for name in sorted(dirnames):
+            if any(fnmatch.fnmatch(name, p) for p in IGNORE_ANYWHERE):
+                continue
+            if top and (name in IGNORE_TOP or any(fnmatch.fnmatch(name, p) for p in exclude)):
+                continue
+            if (Path(directory) / name).is_symlink():
+                out.append(Path(directory) / name)  # hashed as its link text: a copy keeps it as a link
+                continue
+            keep.append(name)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            if any(fnmatch.fnmatch(name, p) for p in IGNORE_ANYWHERE):
+                continue
+            if top and (name in IGNORE_TOP or any(fnmatch.fnmatch(name, p) for p in exclude)):
+                continue
+            out.append(Path(directory) / name)
+    return sorted(out)
+
+
+def _hash_tree(digest: Any, label: str, root: Path, exclude: tuple[str, ...] = ()) -> int:
+    files = _files(root, exclude)
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink() and path.is_dir():
+            content = b"link:" + os.readlink(path).encode()
+        else:
+            try:
+                content = path.read_bytes()  # a link to a file: the copy holds its content
+            except OSError as exc:
+                content = f"unreadable: {exc.strerror}".encode()
+        digest.update(f"{label}:{rel}\0{len(content)}\0".encode())
+        digest.update(content)
+    return len(files)
+
+
+def _engine_package(spec: str, root: Path) -> Path | None:
+    """The directory of the engine module's top-level package when it lies outside the project (an installed
+    engine), else None (the tree covers it, or the engine is a program named by exec:/http:)."""
+    from falsify.engines.loading import REGISTERED, is_openai, is_wire
+
+    if is_wire(spec) or is_openai(spec):
+        return None
+    name = spec.partition(":")[0]
+    target = REGISTERED.get(name, REGISTERED.get(spec, spec))
+    top = target.partition(":")[0].split(".")[0]
+    if not top or top == "falsify":
+        return None  # a built-in adapter: hashed with the harness
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.origin:
+        return None
+    where = Path(found.origin).resolve().parent if found.submodule_search_locations else Path(found.origin)
+    return None if where.is_relative_to(root.resolve()) else where
+
+
+def key(root: Path, exclude: tuple[str, ...], engine: str, scope: str, mutant_ids: list[str]) -> str:
+    """sha256 over what the control depends on (the module docstring lists it)."""
+    import falsify
+
+    digest = hashlib.sha256(f"falsify control v{VERSION}\0".encode())
+    files = _hash_tree(digest, "tree", root, exclude)
+    harness = Path(falsify.__file__).resolve().parent
+    if not harness.is_relative_to(root.resolve()):
+        _hash_tree(digest, "falsify", harness)
+    package = _engine_package(engine, root)
+    if package is not None:
+        if package.is_dir():
+            _hash_tree(digest, "engine", package)
+        else:
+            digest.update(b"engine-file\0" + package.read_bytes())
+    versions = {name: _version(name) for name in VERSIONS}
+    facts = {
+        "files": files,
+        "engine": engine,
+        "scope": scope,
+        "mutants": sorted(mutant_ids),
+        "python": sys.version,
+        "machine": platform.machine(),
+        "versions": versions,
+        "env": {name: os.environ.get(name) for name in ENV},
+    }
+    digest.update(json.dumps(facts, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def path_of(root: Path, entry_key: str) -> Path:
+    return root / DIRECTORY / f"{entry_key}.json"
+
+
+def _body_sha(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def store(root: Path, entry_key: str, fields: dict[str, Any]) -> Path:
+    """Write a green control's fields under its key (atomically: a reader never sees half a file)."""
+    rows = [_row(r) for r in fields["rows"]]
+    body = {
+        "version": VERSION,
+        "key": entry_key,
+        "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "control": {**fields, "rows": rows},
+    }
+    path = path_of(root, entry_key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(
+        json.dumps({**body, "sha256": _body_sha(body)}, indent=1, sort_keys=True), encoding="utf-8"
+    )
+    os.replace(tmp, path)
+    return path
+
+
+def load(root: Path, entry_key: str) -> Stored | None:
+    """The stored control of this key; None when there is none; CorruptEntry when the file cannot be trusted."""
+    path = path_of(root, entry_key)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptEntry(f"{path}: unreadable ({exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CorruptEntry(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise CorruptEntry(f"{path}: not a control entry (a JSON {type(data).__name__})")
+    claimed = data.pop("sha256", None)
+    if data.get("version") != VERSION:
+        raise CorruptEntry(f"{path}: entry format {data.get('version')!r}, this falsify reads {VERSION}")
+    if data.get("key") != entry_key:
+        raise CorruptEntry(f"{path}: holds key {data.get('key')!r}, not its file name's")
+    if claimed != _body_sha(data):
+        raise CorruptEntry(f"{path}: its sha256 does not match its content (edited or truncated)")
+    try:
+        control = dict(data["control"])
+        control["rows"] = [_unrow(r) for r in control["rows"]]
+        control["tests"] = {k: tuple(v) for k, v in control["tests"].items()}
+        control["selected"] = tuple(control["selected"])
+        recorded = str(data["recorded"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CorruptEntry(f"{path}: a field is missing or malformed ({type(exc).__name__}: {exc})") from None
+    return Stored(control, recorded, path)
+
+
+def _row(r: PredictionResult) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "contract": r.contract,
+        "outcome": r.outcome.value,
+        "tests": list(r.tests),
+        "failing_tests": list(r.failing_tests),
+        "seconds": r.seconds,
+        "checks": r.checks,
+        "detail": r.detail,
+        "values": r.values,
+        "skipped": r.skipped,
+        "not_applicable": r.not_applicable,
+        "vacuous": r.vacuous,
+        "corners": list(r.corners),
+        "corners_reached": list(r.corners_reached),
+        "cannot_show": r.cannot_show,
+    }
+
+
+def _unrow(d: dict[str, Any]) -> PredictionResult:
+    return PredictionResult(
+        id=d["id"],
+        contract=d["contract"],
+        outcome=Outcome(d["outcome"]),
+        tests=tuple(d["tests"]),
+        failing_tests=tuple(d["failing_tests"]),
+        seconds=float(d["seconds"]),
+        checks=int(d["checks"]),
+        detail=d["detail"],
+        values=d["values"],
+        skipped=int(d["skipped"]),
+        not_applicable=int(d["not_applicable"]),
+        vacuous=int(d["vacuous"]),
+        corners=tuple(d["corners"]),
+        corners_reached=tuple(d["corners_reached"]),
+        cannot_show=bool(d["cannot_show"]),
+    )
+
+
+def reuse_or_run(
+    root: Path,
+    exclude: tuple[str, ...],
+    engine: str,
+    scope: str,
+    mutant_ids: list[str],
+    run: Callable[[], Control],
+    say: Callable[[str], None],
+) -> Control:
+    """The stored control of this key when there is one, else `run()`'s, stored when green and the tree did
+    not change while it ran. A refused entry is named in `say` and the control runs again."""
+    args = (root, exclude, engine, scope, mutant_ids)
+    entry = key(*args)
+    try:
+        stored = load(root, entry)
+    except CorruptEntry as exc:
+        say(f"mutants: stored control refused — {exc}; running the control again")
+        stored = None
+    if stored is not None:
+        where = str(stored.path.relative_to(root))
+        say(
+            f"mutants: control reused from {where}: the tree, the engine and the versions are those it ran on "
+            "(--fresh-control runs it again)"
+        )
+        return Control(**stored.fields, reused=where, recorded=stored.recorded)
+    control = run()
+    if control.ok and key(*args) == entry:
+        kept = {
+            f.name: getattr(control, f.name) for f in fields(Control) if f.name not in ("reused", "recorded")
+        }
+        store(root, entry, kept)
+    return control
+
+
+def green_text(control: Control, read: float) -> str:
+    """How a green control is announced: run here, or reused (with the seconds it took when it ran)."""
+    if control.reused:
+        return (
+            f"reused — {len(control.selected)} falsifiers green in {control.seconds:.1f} s when recorded "
+            f"({control.recorded}), read in {read:.1f} s"
+        )
+    return f"green — {len(control.selected)} falsifiers in {control.seconds:.1f} s"
