@@ -6,13 +6,14 @@ python benchmarks/lint.py [--contracts 2000] [--repeats 3] [--out FILE]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from result_json import emit
 
 from falsify.contracts.corpus import load_corpus
 
@@ -80,11 +81,7 @@ def main() -> int:
         "load_average_1m": os.getloadavg()[0],  # the machine is shared: read the figure against this
         "ratio_to_target": statistics.median(times) / 3.0,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from result_json import emit
 
 from reference.gdn import gated_delta_net
 from reference.model import Model, load_model
@@ -145,11 +146,7 @@ def main() -> int:
             )
             print(kind, json.dumps(run["decode"][-1]), file=sys.stderr)
         result["runs"][kind] = run
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(result, args.out, indent=1)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ python benchmarks/mutants.py [--repeats 3] [--ids ID ...] [--no-forkserver] [--o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 from pathlib import Path
+
+from result_json import emit
 
 from falsify.mutation.semantic.runner import MutantOutcome, Runner, Settings, load
 from falsify.mutation.semantic.scratch import Scratch
@@ -87,11 +88,7 @@ def main() -> int:
         "cores": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],  # the machine is shared: read the wall figures against this
     }
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return emit(summary, args.out)
 
 
 if __name__ == "__main__":

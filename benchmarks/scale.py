@@ -9,10 +9,8 @@ python benchmarks/scale.py [--project DIR] [--engine E] [--out FILE] [IDS ...]  
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,12 +18,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from result_json import emit
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-# cluster_run: the loopback node options and the stop that ends only this cluster (one copy, the test's)
+# cluster_run: the loopback cluster's start and the stop that ends only that cluster (one copy, the test's)
 sys.path.insert(0, str(ROOT / "tests" / "scale"))
 
-from cluster_run import NODE, stop_own_cluster  # noqa: E402
+from cluster_run import free_port, start_cluster, stop_own_cluster  # noqa: E402
 
 
 def mutants(
@@ -49,35 +49,17 @@ def mutants(
 
 
 def with_cluster(nodes: int, fn: Callable[[dict[str, str], str], float]) -> float:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
     ray = str(BIN / "ray")
     temp = tempfile.mkdtemp(prefix="falsify-ray-bench-")
-    subprocess.run(
-        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
-    workers = [
-        subprocess.Popen(
-            [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
-        for _ in range(nodes - 1)
-    ]
+    workers = start_cluster(ray, port, temp, env, workers=nodes - 1)
     try:
         probe = f"import ray,time\nray.init(logging_level='ERROR', _node_ip_address='127.0.0.1')\nwhile len([n for n in ray.nodes() if n['Alive']]) < {nodes}: time.sleep(0.5)"
         subprocess.run([str(BIN / "python"), "-c", probe], env=env, check=True, timeout=300)
         return fn(env, f"127.0.0.1:{port}")
     finally:
-        stop_own_cluster(ray, temp, [w.pid for w in workers], env)
+        stop_own_cluster(ray, temp, workers, env)
 
 
 def main() -> int:
@@ -123,11 +105,7 @@ def main() -> int:
         "cores": os.cpu_count(),
         "note": "wall includes each command's control run and (for Ray) driver start and snapshot upload",
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

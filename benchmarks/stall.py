@@ -22,7 +22,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy is imported
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from result_json import emit
 
 from falsify.harness.instruments import CountingModel
 from reference.lanes import LaneHost
@@ -161,11 +161,7 @@ def main() -> int:
         "rows": rows,
         "max_gap_chunks_stepped": max(r["stepped"]["max_gap_chunks"] for r in rows),
     }
-    text = json.dumps(report, indent=2)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
-    return 0
+    return emit(report, args.out)
 
 
 if __name__ == "__main__":

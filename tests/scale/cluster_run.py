@@ -56,6 +56,28 @@ def stop_own_cluster(ray: str, temp: str, groups: list[int], env: dict[str, str]
         time.sleep(0.5)
 
 
+def start_cluster(ray: str, port: int, temp: str, env: dict[str, str], workers: int) -> list[int]:
+    """A head node on 127.0.0.1:PORT and WORKERS worker nodes, each its own process group; the groups, for
+    stop_own_cluster."""
+    subprocess.run(
+        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    return [
+        subprocess.Popen(
+            [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        ).pid
+        for _ in range(workers)
+    ]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,20 +99,7 @@ def main() -> int:
     port = free_port()
     ray = str(BIN / "ray")
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
-    subprocess.run(
-        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=180,
-    )
-    worker = subprocess.Popen(
-        [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env=env,
-    )
+    (worker,) = start_cluster(ray, port, str(temp), env, workers=1)
     killed = False
     try:
         deadline = time.monotonic() + 120
@@ -138,14 +147,14 @@ def main() -> int:
             lines.append(line)
             if args.kill_worker and not killed and ("in the object store" in line or "shards (" in line):
                 time.sleep(3)  # the first tasks are running, some on the worker node
-                os.killpg(worker.pid, signal.SIGKILL)
+                os.killpg(worker, signal.SIGKILL)
                 killed = True
                 lines.append("cluster_run: worker node killed\n")
         code = run.wait(timeout=900)
         print(json.dumps({"exit": code, "output": "".join(lines), "killed_worker": killed}))
         return 0
     finally:
-        stop_own_cluster(ray, str(temp), [worker.pid], env)
+        stop_own_cluster(ray, str(temp), [worker], env)
 
 
 if __name__ == "__main__":
