@@ -26,7 +26,7 @@ from falsify.errors import (
     FormulaError,
     ObservationError,
 )
-from falsify.harness.checks import cannot_show, check, corner_examples, corners, strategies
+from falsify.harness.checks import cannot_show, check, check_all, corner_examples, corners, strategies
 from falsify.harness.instruments import CountingCancel, CountingModel, Forward
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "ObservationError",
     "cannot_show",
     "check",
+    "check_all",
     "corner_examples",
     "corners",
     "strategies",

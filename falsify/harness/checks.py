@@ -165,6 +165,23 @@ def check(prediction_id: str, **observed: Any) -> None:
 _TYPES = ("int", "float", "bool", "str", "list")
 
 
+def check_all(*checks: tuple[str, dict[str, Any]]) -> None:
+    """`check` each (prediction id, observed) before failing, so a red run names every claim it broke: the first
+    ContractViolation raises, the rest ride along as notes; every observation is recorded either way."""
+    __tracebackhide__ = True
+    broken: list[ContractViolation] = []
+    for prediction_id, observed in checks:
+        try:
+            check(prediction_id, **observed)
+        except ContractViolation as exc:
+            broken.append(exc)
+    if broken:
+        first = broken[0]
+        for other in broken[1:]:
+            first.add_note(f"also falsified: {other}")
+        raise first
+
+
 def _type_problem(value: Any, kind: str, nonfinite: bool) -> str | None:
     """Why `value` is not a `kind`, or None."""
     if kind == "int":
