@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shutil
 from pathlib import Path
 
@@ -71,12 +70,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the ones now killed)",
     )
     p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path(".falsify/mutmut"),
-        help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutmut)",
-    )
+    stryker.add_out_option(p, Path(".falsify/mutmut"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,16 +123,13 @@ def run(args: argparse.Namespace) -> int:
         for why, e in stale:
             print(f"  {e.where or '?'} {e.mutant}: {why}")
     out = args.out if args.out.is_absolute() else project.root / args.out
-    out.mkdir(parents=True, exist_ok=True)
-    data = to_stryker(result, project.root)
-    (out / "mutation-report.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
-    (out / "mutation-report.html").write_text(
-        stryker.render_html(data, "falsify mutmut: operator mutants"), encoding="utf-8"
+    json_path, html_path = stryker.write_report(
+        to_stryker(result, project.root), out, "falsify mutmut: operator mutants"
     )
     summary, ok = verdict(result)
     print()
     print(summary)
-    print(f"mutmut: report in {out / 'mutation-report.json'} and {out / 'mutation-report.html'}")
+    print(f"mutmut: report in {json_path} and {html_path}")
     if args.write_baseline:
         path = project.root / config.baseline
         path.write_text(render_baseline(result, baseline), encoding="utf-8")
