@@ -5,7 +5,6 @@ enforces it):
 
     errors, project, table   shared base: named errors, the project's configuration, plain-text tables;
     boundedjson, safefile    the one reader for JSON falsify did not write; the one file layer for user paths
-    subcommand               how every `falsify` subcommand's parser is made
     contracts/               YAML loading, schema check, formula language, corpus, lint
     engines/                 the engine protocol, loading an engine by name, adapters for engines no one here wrote
     harness/                 falsify.check, the pytest plugin, per-prediction results, the gate
@@ -26,7 +25,7 @@ from falsify.errors import (
     FormulaError,
     ObservationError,
 )
-from falsify.harness.checks import cannot_show, check, check_all, corner_examples, corners, strategies
+from falsify.harness.checks import cannot_show, check, corner_examples, corners, strategies
 from falsify.harness.instruments import CountingCancel, CountingModel, Forward
 
 __all__ = [
@@ -41,7 +40,6 @@ __all__ = [
     "ObservationError",
     "cannot_show",
     "check",
-    "check_all",
     "corner_examples",
     "corners",
     "strategies",

@@ -211,13 +211,6 @@ def evidence_args(out: str) -> list[str]:
     ]
 
 
-def evidence_predicate(root: Path, out: str, *extra: str) -> dict[str, Any]:
-    """`falsify evidence` (evidence_args) with EXTRA arguments, which must succeed: the contract-evidence predicate."""
-    proc = falsify_cli(root, *evidence_args(out), *extra)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return statements(root / out)[1]["predicate"]
-
-
 @pytest.fixture
 def verify(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Verify:
     """`falsify verify` in this process (fast): exit code and output, run from the project root given."""
@@ -626,17 +619,6 @@ def png_pixels(data: bytes) -> tuple[int, int, bytes]:
     return width, height, zlib.decompress(idat)
 
 
-def screenshot(browser: list[str], page: Path, size: tuple[int, int], shot: Path) -> tuple[int, int, bytes]:
-    """PAGE as the headless BROWSER (its command and flags) draws it in a SIZE window: png_pixels of SHOT."""
-    subprocess.run(
-        [*browser, f"--window-size={size[0]},{size[1]}", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    return png_pixels(shot.read_bytes())
-
-
 @pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install -y chromium); .ci/run installs it"
 )
@@ -657,7 +639,14 @@ def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: 
         "--no-first-run",
         f"--user-data-dir={tmp_path / 'profile'}",
     ]
-    width, height, pixels = screenshot(flags, page, (1280, 1000), tmp_path / "report.png")
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [*flags, "--window-size=1280,1000", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    width, height, pixels = png_pixels(shot.read_bytes())
     assert (width, height) == (1280, 1000)
     assert len(set(pixels)) > 16, "the screenshot is blank"
     dom = subprocess.run(
@@ -676,7 +665,14 @@ def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: 
     alone = tmp_path / "figure.html"
     svg = (built / "proj" / "evidence" / "kill-matrix.svg").read_text(encoding="utf-8")
     alone.write_text(f"<!DOCTYPE html><html><body style='margin:0;background:#fff'>{svg}</body></html>")
-    width, height, pixels = screenshot(flags, alone, (1400, 400), tmp_path / "figure.png")
+    shot = tmp_path / "figure.png"
+    subprocess.run(
+        [*flags, "--window-size=1400,400", f"--screenshot={shot}", alone.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    width, height, pixels = png_pixels(shot.read_bytes())
     assert width == 1400
     assert _has_colour(pixels, width, (0xCF, 0x22, 0x2E)), "no killed (red) cell rendered"
     assert _has_colour(pixels, width, (0x1D, 0x23, 0x2A), tolerance=60), "no label text rendered"
@@ -925,14 +921,16 @@ def test_a_mutmut_report_is_kept_summarised_drawn_and_verified(copy: Path, verif
         pyproject.read_text(encoding="utf-8") + "\n[tool.falsify.mutmut]\nkill_rate_floor = 0.7\n",
         encoding="utf-8",
     )
-    ev = evidence_predicate(
+    proc = falsify_cli(
         root,
-        "with-mutmut",
+        *evidence_args("with-mutmut"),
         "--mutants-report",
         str(copy / "stryker.json"),
         "--mutmut-report",
         str(copy / "mutmut.json"),
     )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ev = statements(root / "with-mutmut")[1]["predicate"]
     assert ev["mutmut"] == {"killed": 9, "survived": 1, "timeout": 1, "no_tests": 1, "other": 0, "floor": 0.7}
     svg = (root / "with-mutmut" / "mutmut.svg").read_text(encoding="utf-8")
     assert "floor 70%" in svg
@@ -963,14 +961,16 @@ def test_an_engines_matrix_is_kept_shown_and_verified(copy: Path, verify: Verify
         },
     }
     (copy / "matrix.json").write_text(json.dumps(matrix), encoding="utf-8")
-    ev = evidence_predicate(
+    proc = falsify_cli(
         root,
-        "with-matrix",
+        *evidence_args("with-matrix"),
         "--mutants-report",
         str(copy / "stryker.json"),
         "--matrix",
         str(copy / "matrix.json"),
     )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ev = statements(root / "with-matrix")[1]["predicate"]
     assert ev["matrix"]["outcomes"] == {
         "FALSIFY-TINY-ADD-001": {"tinyengine.engine:TinyEngine": "PASS", "other": "FAIL"}
     }

@@ -298,3 +298,20 @@ def test_recheck_drops_the_listed_survivors_now_killed(tmp_path: Path) -> None:
     (tmp_path / "mutmut-baseline.toml").write_text(render_baseline(run, listed), encoding="utf-8")
     again = read_baseline(project_with(tmp_path, ""), MutmutConfig())
     assert again.equivalent == listed.equivalent and again.survivors == (_entry(2),)
+
+
+def test_shards_keep_functions_whole_and_every_mutant_once() -> None:
+    """`--executor`'s shards: mutmut's order kept, a function never split, each shard at least MIN_SHARD mutants
+    but the last, about SHARDS of them for a large run."""
+    from falsify.mutation.mutmut.sharded import MIN_SHARD, SHARDS, shards
+
+    names = [f"m.x_f{f}__mutmut_{i}" for f in range(7) for i in range(1, 4 + f)]  # 7 functions, 3..9 mutants
+    parts = shards(names)
+    assert [n for part in parts for n in part] == names
+    functions = [{n.partition("__mutmut_")[0] for n in part} for part in parts]
+    assert all(a.isdisjoint(b) for i, a in enumerate(functions) for b in functions[i + 1 :])
+    assert all(len(part) >= MIN_SHARD for part in parts[:-1]) and len(parts) == 3
+    many = [f"m.x_f{f}__mutmut_{i}" for f in range(400) for i in range(1, 18)]  # 6,800 mutants
+    big = shards(many)
+    assert [n for part in big for n in part] == many and SHARDS - 1 <= len(big) <= SHARDS + 1
+    assert shards(["m.x_a__mutmut_1"]) == [["m.x_a__mutmut_1"]]

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,59 @@ def test_a_ray_campaign_merges_shards_and_prints_a_replayable_failure(toy: Path)
         assert out.count(f"] {pid} seed ") == 2, out[-3000:]
     assert "FALSIFY-TOY-001 seed 0: FAIL" in out and "FALSIFY-TOY-003 seed 0: PASS" in out, out[-3000:]
     assert "@reproduce_failure(" in out and "n=7" in out, out[-3000:]
+
+
+@needs_netns
+def test_mutmut_over_ray_gives_the_local_report(toy: Path, tmp_path: Path) -> None:
+    """`falsify mutmut --executor ray` on the two-node cluster: the same mutants with the same statuses, the same
+    kill rate and verdict as mutmut's own local run. One module (toy/loop.py, ~29 mutants, a function no test
+    reaches among them), short per-mutant time limits so the infinite-loop mutants time out in seconds."""
+    with (toy / "pyproject.toml").open("a", encoding="utf-8") as f:
+        f.write(
+            '\n[tool.falsify.mutmut]\nkill_rate_floor = 0\npaths = ["toy/loop.py"]\n'
+            'tests = ["tests/check_toy.py"]\ntimeout = 600\ntimeout_multiplier = 2\ntimeout_constant = 2\n'
+        )
+    with (toy / "toy" / "loop.py").open("a", encoding="utf-8") as f:
+        f.write('\n\ndef describe(n: int) -> str:\n    return "tokens: " + str(n + 1)\n')
+    env = {**os.environ, "FALSIFY_ENGINE": ENGINE, "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    local = subprocess.run(
+        [sys.executable, "-m", "falsify.cli", "mutmut", "-j", "2"],
+        cwd=toy,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env=env,
+    )
+    assert local.returncode == 1, local.stdout[-3000:] + local.stderr  # the uncovered function's survivors
+    report = toy / ".falsify" / "mutmut" / "mutation-report.json"
+    expected = normalise_mutmut(report, toy)
+    statuses = {m["status"] for m in expected["files"]["toy/loop.py"]["mutants"]}
+    assert {"Killed", "NoCoverage"} <= statuses, statuses
+    report.unlink()
+
+    started = time.time()
+    ran = ray_run(toy, False, "mutmut")
+    out = ran["output"]
+    assert ran["exit"] == 1, out[-3000:]
+    assert "shards on executor ray" in out and "Traceback" not in out, out[-3000:]
+    assert normalise_mutmut(report, toy) == expected
+    # the same verdict line (counts, kill rate, survivors), but for the run's seconds
+    verdicts = [
+        next(line for line in text.splitlines() if line.startswith("mutmut: FAIL")).rsplit(";", 1)[0]
+        for text in (local.stdout, out)
+    ]
+    assert verdicts[0] == verdicts[1], verdicts
+    assert list((tmp_path / "tmp").iterdir()) == []  # the local run's scratch copies are gone
+    # and the Ray workers' mutmut trees (in the cluster's own temp directory: the default one)
+    from falsify.mutation.semantic.scratch import scratch_root
+
+    left = [p for p in scratch_root().glob("falsify-mutmut-shard-*") if p.stat().st_mtime >= started]
+    assert left == []
+
+
+def normalise_mutmut(report: Path, root: Path) -> dict:
+    from falsify.evidence.mutation import normalise
+
+    return normalise(json.loads(report.read_text(encoding="utf-8")), root)

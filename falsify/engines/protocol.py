@@ -163,8 +163,7 @@ class Run(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
-    """A `Run` as a frozen record, for adapters to return from `generate` (the broken and HF adapters do; the wire
-    client's WireRun adds what it reused)."""
+    """A `Run` as a frozen record, for adapters to return from `generate` (the broken and HF adapters do)."""
 
     tokens: tuple[int, ...]
     emitted: int

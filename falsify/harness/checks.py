@@ -93,17 +93,6 @@ class CannotShowHere(Exception):  # a verdict the plugin turns into NOT APPLICAB
         self.prediction_id, self.reason, self.control = prediction_id, reason, control
 
 
-def _plain_values(values: dict[str, Any], where: Callable[[str], str]) -> dict[str, Any]:
-    """Each value as plain data (`plain`); a value that is not is an ObservationError that starts `where(name): `."""
-    out = {}
-    for name, v in values.items():
-        try:
-            out[name] = plain(v)
-        except ObservationError as exc:
-            raise ObservationError(f"{where(name)}: {exc}") from None
-    return out
-
-
 def cannot_show(prediction_id: str, reason: str, **control: Any) -> NoReturn:
     """This machine cannot show `prediction_id` false: the falsifier's own sensitivity control found that the bug
     the prediction is about would leave no trace here (FALSIFY-DET-001 where unpinned BLAS products give the same
@@ -115,7 +104,12 @@ def cannot_show(prediction_id: str, reason: str, **control: Any) -> NoReturn:
     prediction(prediction_id)  # an unknown id is a ContractError
     if not reason.strip():
         raise ContractError(f"{prediction_id}: cannot_show needs the reason this machine cannot show it")
-    values = _plain_values(control, lambda name: f"{prediction_id}: control value {name}")
+    values = {}
+    for name, v in control.items():
+        try:
+            values[name] = plain(v)
+        except ObservationError as exc:
+            raise ObservationError(f"{prediction_id}: control value {name}: {exc}") from None
     raise CannotShowHere(prediction_id, " ".join(reason.split()), values)
 
 
@@ -132,7 +126,12 @@ def check(prediction_id: str, **observed: Any) -> None:
             f"{prediction_id}: {', '.join(unknown)} not declared in {contract.file}; declared: {', '.join(sorted(declared))}"
         )
     where = f"{p.file}:{p.line}"
-    values = _plain_values(observed, lambda name: f"{prediction_id}: {name} ({where})")
+    values = {}
+    for name, v in observed.items():
+        try:
+            values[name] = plain(v)
+        except ObservationError as exc:
+            raise ObservationError(f"{prediction_id}: {name} ({where}): {exc}") from None
     for name, value in values.items():
         if name in p.domain:
             _check_parameter(prediction_id, where, name, value, p.domain[name])
@@ -163,23 +162,6 @@ def check(prediction_id: str, **observed: Any) -> None:
 
 
 _TYPES = ("int", "float", "bool", "str", "list")
-
-
-def check_all(*checks: tuple[str, dict[str, Any]]) -> None:
-    """`check` each (prediction id, observed) before failing, so a red run names every claim it broke: the first
-    ContractViolation raises, the rest ride along as notes; every observation is recorded either way."""
-    __tracebackhide__ = True
-    broken: list[ContractViolation] = []
-    for prediction_id, observed in checks:
-        try:
-            check(prediction_id, **observed)
-        except ContractViolation as exc:
-            broken.append(exc)
-    if broken:
-        first = broken[0]
-        for other in broken[1:]:
-            first.add_note(f"also falsified: {other}")
-        raise first
 
 
 def _type_problem(value: Any, kind: str, nonfinite: bool) -> str | None:

@@ -1,35 +1,39 @@
-"""Where mutant runs execute: `local` (threads on this machine: the default) or `ray` (one Ray task per mutant on a
-cluster). The callers (the semantic runner, mutmut campaigns) hand in a module-level function and its tasks and get
-the results back in completion order; this module knows nothing of what a task runs, so the kill matrix, the
+"""Where mutant runs execute: `local` (threads on this machine: the default) or `ray` (one task per mutant on warm
+Ray actors of a cluster). The callers (the semantic runner, mutmut shards, campaigns) hand in a module-level
+function (or its "module:name") and its tasks and get the results back in completion order; this module knows nothing of what a task runs, so the kill matrix, the
 Stryker report and the evidence bundle do not depend on the executor.
 
-Ray, following its task model: the project goes into the object store once, as a content-addressed snapshot (a
-tar of the files a scratch copy would hold, named by its sha256); each task is a pure function of (snapshot,
-mutant id, control, settings) that unpacks the snapshot once per node, runs one mutant in its own scratch copy
-there and returns the compact MutantResult. Mutant runs are idempotent (each in a fresh copy), so a task whose
-worker or node dies is retried (`max_retries`); a falsifier run that outlives its timeout is TIMEOUT, never KILLED
+Ray: the project goes into the object store once, as a content-addressed snapshot (a tar of the files a scratch
+copy would hold, named by its sha256); a pool of warm actors, one per CPU of the cluster, each unpacks it when it
+starts (once per node: the first actor there does it) and then runs task after task in the same process. A task
+is a pure function of (snapshot, mutant id, control, settings) that runs one mutant in its own scratch copy and
+returns the compact MutantResult. Mutant runs are idempotent (each in a fresh copy), so a task whose actor or node
+dies is re-run on a live actor (RAY_RETRIES); a falsifier run that outlives its timeout is TIMEOUT, never KILLED
 (the runner's own per-mutant timeout, unchanged). Ray is an optional extra (`[ray]` in pyproject.toml): `pip install "ray>=2.40"`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
+import importlib
 import io
 import os
 import signal
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from falsify.errors import FalsifyError
 
 EXECUTORS = ("local", "ray")
+T = TypeVar("T")
 RAY_RETRIES = 3  # re-runs of a task whose worker or node died; a mutant run is idempotent
 
 
@@ -112,16 +116,82 @@ def _node_ip(address: str | None) -> dict[str, str]:
     return {"_node_ip_address": "127.0.0.1"} if host in ("127.0.0.1", "localhost") else {}
 
 
+def task_function(fn: Callable[..., Any] | str) -> Callable[..., Any]:
+    """A task's function: itself, or imported from its "module:name" (for a function whose module imports the
+    caller's)."""
+    if callable(fn):
+        return fn
+    module, _, name = fn.partition(":")
+    function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+    return function
+
+
+class _Warm:
+    """A Ray actor that holds one CPU: it unpacks the snapshot once when it starts (the object store brings the
+    bytes to its node once, whichever of the node's actors asks first), then runs task after task in the same
+    process, so a task pays neither a worker start nor falsify's imports nor an unpack."""
+
+    def __init__(self, digest: str, data: bytes) -> None:
+        self.root = unpack(digest, data)
+
+    def run(self, fn: Callable[..., Any] | str, task: tuple[Any, ...]) -> Any:
+        return task_function(fn)(self.root, *task)
+
+    def close(self) -> None:
+        """Run the clean-ups the tasks registered in this process (on_close), newest first."""
+        _close()
+
+
+_CLOSERS: list[Callable[[], None]] = []
+
+
+def _close() -> None:
+    while _CLOSERS:
+        _CLOSERS.pop()()
+
+
+def on_close(cleanup: Callable[[], None]) -> None:
+    """Register a clean-up for the end of a run: a warm Ray worker runs it before the driver shuts down, a local
+    run when its last task is back."""
+    _CLOSERS.append(cleanup)
+
+
+_KEPT: dict[Hashable, Any] = {}
+
+
+def kept(key: Hashable, make: Callable[[], T], close: Callable[[T], None] | None = None) -> T:
+    """This worker's object for `key`, made by the first task that asks and kept for the later ones (a linted
+    snapshot, a scratch directory with its fork server, a prepared mutmut tree); `close` runs on it at the run's
+    end (on_close). A worker that dies leaves its scratch directories to the next run's sweep."""
+    if key not in _KEPT:
+        _KEPT[key] = make()
+        if close is not None:
+            on_close(lambda: close(_KEPT.pop(key)))
+    value: T = _KEPT[key]
+    return value
+
+
+def _lost(exc: BaseException) -> bool:
+    """A task lost with its worker or node (to re-run elsewhere), not one whose function raised."""
+    import ray.exceptions as rex
+
+    return isinstance(
+        exc, rex.RayActorError | rex.WorkerCrashedError | rex.NodeDiedError | rex.ObjectLostError
+    )
+
+
 def ray_tasks(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any] | str,
     tasks: list[tuple[Any, ...]],
     root: Path,
     address: str,
     exclude: tuple[str, ...] = (),
     say: Callable[[str], None] | None = None,
 ) -> Iterator[Any]:
-    """fn(node_root, *task) as one Ray task each, in completion order, over one snapshot of `root` put into the
-    object store once and unpacked once per node; a task whose worker or node dies is retried."""
+    """fn(node_root, *task) for every task, in completion order, on a pool of warm actors (one per CPU of the
+    cluster, at most one per task) over one snapshot of `root` put into the object store once and unpacked once
+    per node. A task lost with its actor or node is re-run on a live actor (RAY_RETRIES times); an exception
+    fn raises is the run's."""
     try:
         import ray
     except ImportError:
@@ -131,24 +201,57 @@ def ray_tasks(
         ray.init(address=address, logging_level="ERROR", log_to_driver=False, **_node_ip(address))
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ExecutorError(f"no Ray cluster at {address!r}: {exc}") from None
+    actors: list[Any] = []
     try:
-        remote = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(_in_snapshot)
         ref = ray.put(data)
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 0)))
+        warm = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(_Warm)
+        actors = [warm.remote(digest, ref) for _ in range(max(1, min(cpus, len(tasks))))]
         if say is not None:
             say(
                 f"mutants: ray — snapshot {digest[:12]} ({len(data) / 1e6:.1f} MB) in the object store; "
-                f"{len(tasks)} tasks on {int(ray.cluster_resources().get('CPU', 0))} CPUs"
+                f"{len(tasks)} tasks on {len(actors)} warm workers ({cpus} CPUs)"
             )
-        pending = [remote.remote(digest, ref, fn, task) for task in tasks]
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(ready[0])
+        queue = list(range(len(tasks)))[::-1]  # pop() from the end: tasks go out in their given order
+        lost = [0] * len(tasks)
+        idle = list(actors)
+        running: dict[Any, tuple[Any, int]] = {}
+        last_loss = ""
+        while queue or running:
+            while queue and idle:
+                actor, i = idle.pop(), queue.pop()
+                running[actor.run.remote(fn, tasks[i])] = (actor, i)
+            if not running:
+                raise ExecutorError(f"every Ray worker was lost ({last_loss}); {len(queue)} tasks not run")
+            ready, _ = ray.wait(list(running), num_returns=1)
+            actor, i = running.pop(ready[0])
+            try:
+                result = ray.get(ready[0])
+            except Exception as exc:
+                if not _lost(exc):
+                    raise
+                lost[i] += 1
+                last_loss = (
+                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+                )
+                if lost[i] > RAY_RETRIES:
+                    raise ExecutorError(f"task {i} lost with its worker {lost[i]} times: {exc}") from None
+                actors.remove(actor)
+                queue.append(i)
+                if say is not None:
+                    say(f"mutants: ray — a worker was lost ({type(exc).__name__}); its task goes to another")
+                continue
+            idle.append(actor)
+            yield result
     finally:
+        # each live worker removes what its tasks kept (a lost one has nothing left to clean): then the shutdown
+        with contextlib.suppress(Exception):
+            ray.get([a.close.remote() for a in actors], timeout=120)
         ray.shutdown()
 
 
 def run_tasks(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any] | str,
     tasks: list[tuple[Any, ...]],
     root: Path,
     executor: str,
@@ -162,20 +265,19 @@ def run_tasks(
         return ray_tasks(fn, tasks, root, address or "auto", exclude)
     if executor != "local":
         raise ExecutorError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
-    return _local_tasks(fn, tasks, root, jobs)
+    return _local_tasks(task_function(fn), tasks, root, jobs)
 
 
 def _local_tasks(
     fn: Callable[..., Any], tasks: list[tuple[Any, ...]], root: Path, jobs: int
 ) -> Iterator[Any]:
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs or available_cores(), len(tasks) or 1))) as pool:
-        futures = [pool.submit(fn, root, *task) for task in tasks]
-        for future in as_completed(futures):
-            yield future.result()
-
-
-def _in_snapshot(digest: str, data: bytes, fn: Callable[..., Any], task: tuple[Any, ...]) -> Any:
-    return fn(unpack(digest, data), *task)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs or available_cores(), len(tasks) or 1))) as pool:
+            futures = [pool.submit(fn, root, *task) for task in tasks]
+            for future in as_completed(futures):
+                yield future.result()
+    finally:
+        _close()  # the clean-ups the tasks registered in this process (on_close)
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:

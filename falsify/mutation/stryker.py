@@ -8,39 +8,18 @@ https://github.com/stryker-mutator/mutation-testing-elements/tree/master/package
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import os
 import platform
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = "2"
 THRESHOLDS = {"high": 80, "low": 60}
 DETECTED = ("Killed", "Timeout")
 UNDETECTED = ("Survived", "NoCoverage")
-
-
-def add_out_option(p: argparse.ArgumentParser, default: Path) -> None:
-    """--out of a command that writes this report (`write_report`), DEFAULT when not given."""
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=default,
-        help=f"where mutation-report.json (Stryker schema) and .html go (default: {default})",
-    )
-
-
-def write_report(data: dict[str, Any], out: Path, title: str) -> tuple[Path, Path]:
-    """DATA as OUT/mutation-report.json and the page that renders it, OUT/mutation-report.html (OUT created)."""
-    out.mkdir(parents=True, exist_ok=True)
-    json_path, html_path = out / "mutation-report.json", out / "mutation-report.html"
-    json_path.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    html_path.write_text(render_html(data, title), encoding="utf-8")
-    return json_path, html_path
 
 
 @dataclass(frozen=True, slots=True)

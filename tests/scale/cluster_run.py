@@ -1,5 +1,5 @@
 """Run inside a fresh network namespace (`unshare -n`, only loopback exists): start a two-node Ray cluster on
-127.0.0.1, run `falsify COMMAND --executor ray` against it in PROJECT (mutants by default), optionally SIGKILL the
+127.0.0.1, run `falsify COMMAND --executor ray` against it in PROJECT (mutants by default; campaign; mutmut), optionally SIGKILL the
 worker node once the tasks are out, stop everything, and print one JSON line: {"exit", "output", "killed_worker"}.
 
 python cluster_run.py PROJECT --engine ENGINE [--kill-worker] [--command campaign] [-- EXTRA ARGS]
@@ -56,28 +56,6 @@ def stop_own_cluster(ray: str, temp: str, groups: list[int], env: dict[str, str]
         time.sleep(0.5)
 
 
-def start_cluster(ray: str, port: int, temp: str, env: dict[str, str], workers: int) -> list[int]:
-    """A head node on 127.0.0.1:PORT and WORKERS worker nodes, each its own process group; the groups, for
-    stop_own_cluster."""
-    subprocess.run(
-        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
-    return [
-        subprocess.Popen(
-            [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        ).pid
-        for _ in range(workers)
-    ]
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -89,7 +67,7 @@ def main() -> int:
     parser.add_argument("project", type=Path)
     parser.add_argument("--engine", required=True)
     parser.add_argument("--kill-worker", action="store_true")
-    parser.add_argument("--command", default="mutants", choices=["mutants", "campaign"])
+    parser.add_argument("--command", default="mutants", choices=["mutants", "campaign", "mutmut"])
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
@@ -99,7 +77,20 @@ def main() -> int:
     port = free_port()
     ray = str(BIN / "ray")
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
-    (worker,) = start_cluster(ray, port, str(temp), env, workers=1)
+    subprocess.run(
+        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=180,
+    )
+    worker = subprocess.Popen(
+        [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     killed = False
     try:
         deadline = time.monotonic() + 120
@@ -127,8 +118,7 @@ def main() -> int:
                 "-m",
                 "falsify.cli",
                 args.command,
-                "--engine",
-                args.engine,
+                *([] if args.command == "mutmut" else ["--engine", args.engine]),
                 "--executor",
                 "ray",
                 "--address",
@@ -139,22 +129,22 @@ def main() -> int:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=env,
+            env={**env, "FALSIFY_ENGINE": args.engine},
         )
         lines = []
         assert run.stdout is not None
         for line in run.stdout:
             lines.append(line)
-            if args.kill_worker and not killed and ("in the object store" in line or "shards (" in line):
+            if args.kill_worker and not killed and ("in the object store" in line or "shards" in line):
                 time.sleep(3)  # the first tasks are running, some on the worker node
-                os.killpg(worker, signal.SIGKILL)
+                os.killpg(worker.pid, signal.SIGKILL)
                 killed = True
                 lines.append("cluster_run: worker node killed\n")
         code = run.wait(timeout=900)
         print(json.dumps({"exit": code, "output": "".join(lines), "killed_worker": killed}))
         return 0
     finally:
-        stop_own_cluster(ray, str(temp), [worker], env)
+        stop_own_cluster(ray, str(temp), [worker.pid], env)
 
 
 if __name__ == "__main__":

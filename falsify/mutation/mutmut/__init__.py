@@ -25,6 +25,9 @@ Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
 `--recheck` runs only the mutants the baseline lists as survivors (after tests were added); with
 `--write-baseline` it drops the ones now killed.
 
+`--executor local|ray` runs the same mutants in shards of whole functions through the executor seam (threads here,
+or a Ray cluster's warm workers at --address), with the same report; without it, mutmut's own -j children.
+
 Exit codes: 0 the kill rate is at or above the floor and every survivor is listed in the baseline; 1 below the
 floor, or a survivor the baseline does not list; 2 mutmut missing, bad configuration or baseline, no project,
 or mutmut could not run; 130 interrupted.
@@ -34,27 +37,48 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
 import shutil
 from pathlib import Path
 
 from falsify.mutation import stryker
-from falsify.mutation.executors import sigterm_interrupts
-from falsify.mutation.mutmut.config import MutmutError, read_baseline, read_config, render_baseline
+from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
+from falsify.mutation.mutmut.config import MutmutError, MutmutRun, read_baseline, read_config, render_baseline
 from falsify.mutation.mutmut.report import render_survivors, to_stryker, verdict
 from falsify.mutation.mutmut.running import run_mutmut
+from falsify.mutation.mutmut.sharded import run_sharded
 from falsify.project import find_project
-from falsify.subcommand import add_subcommand
 
-# The command; its parts: config.py (configuration, run records, baseline), running.py, report.py.
+# The command; its parts: config.py (configuration, run records, baseline), running.py, sharded.py (--executor),
+# report.py.
 HELP = "run mutmut over the engine's sources in a scratch copy; fail below the kill-rate floor or on an unlisted survivor"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = add_subcommand(sub, "mutmut", HELP, __doc__)
+    p = sub.add_parser(
+        "mutmut",
+        help=HELP,
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
     p.add_argument(
         "--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)"
     )
     p.add_argument("-j", "--jobs", type=int, default=0, help="mutmut workers (default: one per core)")
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default=None,
+        help="run the mutants in shards through an executor: local threads or a Ray cluster (default: mutmut's "
+        "own -j children on this machine); the report is the same",
+    )
+    p.add_argument(
+        "--address",
+        default=os.environ.get("RAY_ADDRESS"),
+        help="with --executor ray: the cluster, auto or HOST:PORT (default: RAY_ADDRESS, else auto)",
+    )
     p.add_argument(
         "--kill-rate-floor", type=float, help="override [tool.falsify.mutmut] kill_rate_floor (percent)"
     )
@@ -70,7 +94,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the ones now killed)",
     )
     p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
-    stryker.add_out_option(p, Path(".falsify/mutmut"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".falsify/mutmut"),
+        help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutmut)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,14 +128,25 @@ def run(args: argparse.Namespace) -> int:
         if args.timeout <= 0:
             raise MutmutError(f"--timeout must be > 0, got {args.timeout}")
         config = dataclasses.replace(config, timeout=args.timeout)
+    jobs = args.jobs or available_cores()
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def in_shards(run: MutmutRun) -> MutmutRun:
+        return run_sharded(
+            project, config, run, executor=args.executor, address=args.address, jobs=jobs, progress=say
+        )
+
     with sigterm_interrupts():
         result = run_mutmut(
             project,
             config,
             since=args.since,
-            jobs=args.jobs or available_cores(),
-            progress=lambda line: print(line, flush=True),
+            jobs=jobs,
+            progress=say,
             recheck=baseline if args.recheck else None,
+            in_shards=in_shards if args.executor else None,
         )
     result.baseline = baseline
     if (args.since or args.recheck) and not result.patterns:
@@ -123,13 +163,16 @@ def run(args: argparse.Namespace) -> int:
         for why, e in stale:
             print(f"  {e.where or '?'} {e.mutant}: {why}")
     out = args.out if args.out.is_absolute() else project.root / args.out
-    json_path, html_path = stryker.write_report(
-        to_stryker(result, project.root), out, "falsify mutmut: operator mutants"
+    out.mkdir(parents=True, exist_ok=True)
+    data = to_stryker(result, project.root)
+    (out / "mutation-report.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    (out / "mutation-report.html").write_text(
+        stryker.render_html(data, "falsify mutmut: operator mutants"), encoding="utf-8"
     )
     summary, ok = verdict(result)
     print()
     print(summary)
-    print(f"mutmut: report in {json_path} and {html_path}")
+    print(f"mutmut: report in {out / 'mutation-report.json'} and {out / 'mutation-report.html'}")
     if args.write_baseline:
         path = project.root / config.baseline
         path.write_text(render_baseline(result, baseline), encoding="utf-8")

@@ -14,6 +14,7 @@ import threading
 import time
 import tomllib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +252,10 @@ def run_mutmut(
     jobs: int,
     progress: Any = print,
     recheck: Baseline | None = None,
+    in_shards: Callable[[MutmutRun], MutmutRun] | None = None,
 ) -> MutmutRun:
+    """mutmut over the configured files (or the --since / --recheck subset): with its own parallelism (`jobs`
+    children), or handed to `in_shards` once chosen (sharded.py: shards on an executor)."""
     files = sorted(
         {
             str(p.relative_to(project.root))
@@ -282,6 +286,8 @@ def run_mutmut(
             progress(f"mutmut: no function of {', '.join(files)} changed since {since}; nothing to mutate")
             return run
         progress(f"mutmut: {len(run.patterns)} functions changed since {since} in {', '.join(run.files)}")
+    if in_shards is not None:
+        return in_shards(run)
     start = time.perf_counter()
     with Scratch(project.root, prefix="falsify-mutmut-", exclude=project.copy_exclude) as scratch:
         tree = scratch.copy("project")

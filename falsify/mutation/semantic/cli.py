@@ -19,17 +19,21 @@ from pathlib import Path
 
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.loading import check_engine, engine_forms, resolve_engine
-from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
-from falsify.subcommand import add_subcommand
 
 HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = add_subcommand(sub, "mutants", HELP, __doc__)
+    p = sub.add_parser(
+        "mutants",
+        help=HELP,
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n", 2)[2],
+    )
     p.add_argument("ids", nargs="*", help="mutant ids to run (default: every file in the mutants directory)")
     p.add_argument(
         "--engine",
@@ -82,7 +86,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=os.environ.get("RAY_ADDRESS"),
         help="with --executor ray: the cluster, auto or HOST:PORT (default: RAY_ADDRESS, else auto)",
     )
-    stryker.add_out_option(p, Path(".falsify/mutants"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(".falsify/mutants"),
+        help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutants)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

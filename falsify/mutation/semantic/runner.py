@@ -523,12 +523,13 @@ class Runner:
         self, scratch: Scratch, mutants: list[Mutant], timeout: float, jobs: int
     ) -> Iterator[MutantResult]:
         """Each mutant's result, in completion order, from the settings' executor: `jobs` local threads over
-        copies under `scratch`, or one Ray task per mutant (run_mutant_in, in a snapshot of the project)."""
+        copies under `scratch`, or one Ray task per mutant (remote.run_mutant_in, in a snapshot of the project)."""
         if self.settings.executor == "ray":
             assert self.control is not None
             tasks = [(self.settings, self.control, m.id, timeout) for m in mutants]
             root, address = self.project.root, self.settings.address or "auto"
-            return executors.ray_tasks(run_mutant_in, tasks, root, address, scratch.exclude, self.say)
+            task = "falsify.mutation.semantic.remote:run_mutant_in"  # by name: remote.py imports this module
+            return executors.ray_tasks(task, tasks, root, address, scratch.exclude, self.say)
         if self.settings.executor != "local":
             raise executors.ExecutorError(
                 f"unknown executor {self.settings.executor!r} (choose from {', '.join(executors.EXECUTORS)})"
@@ -547,21 +548,6 @@ class Runner:
                 scratch.stop()
                 pool.shutdown(wait=True, cancel_futures=True)
                 raise
-
-
-def run_mutant_in(
-    root: Path, settings: Settings, control: Control, mutant_id: str, timeout: float
-) -> MutantResult:
-    """A Ray task: one mutant's falsifiers in a scratch copy of the project at `root` (a node's unpacked
-    snapshot)."""
-    project, corpus, problems = load(find_project(root))
-    if problems:
-        raise executors.ExecutorError(f"the snapshot does not lint on the worker: {problems[0]}")
-    runner = Runner(project, corpus, settings, progress=lambda _line: None)
-    runner.control = control
-    mutant = next(m for m in corpus.mutants if m.id == mutant_id)
-    with Scratch(project.root, exclude=project.copy_exclude) as scratch:
-        return runner.run_mutant(scratch, mutant, timeout)
 
 
 def progress_line(r: MutantResult) -> str:

@@ -107,6 +107,23 @@ REPORTED = (
 )
 
 
+def check_all(*checks: tuple[str, dict[str, Any]]) -> None:
+    """Check every prediction before failing, so a red run names every claim it broke (the first raises, the
+    rest ride along as notes); `falsify.check` records each observation either way."""
+    __tracebackhide__ = True
+    broken: list[falsify.ContractViolation] = []
+    for prediction_id, observed in checks:
+        try:
+            falsify.check(prediction_id, **observed)
+        except falsify.ContractViolation as exc:
+            broken.append(exc)
+    if broken:
+        first = broken[0]
+        for other in broken[1:]:
+            first.add_note(f"also falsified: {other}")
+        raise first
+
+
 def pick(fields: dict[str, Any], *names: str) -> dict[str, Any]:
     return {name: fields[name] for name in names}
 
@@ -147,7 +164,7 @@ def test_a_budget_cancelled_run(
     run = session.generate(prompt, max_tokens, cancel=cancel)
     f = measured(run, counting, cancel, len(prompt))
     domain = {"n": n, "max_tokens": max_tokens}
-    falsify.check_all(
+    check_all(
         ("FALSIFY-SERVE-CANCEL-001", pick(f, "emitted", "stop_reason") | domain),
         ("FALSIFY-SERVE-CANCEL-002", pick(f, "emitted", "decode_forwards") | domain),
         ("FALSIFY-SERVE-CANCEL-003", pick(f, "emitted", "polls") | domain),
@@ -174,7 +191,7 @@ def test_a_run_cancelled_before_its_first_token(
     cancel = CountingCancel.with_budget(0)
     run = session.generate(prompt, max_tokens, cancel=cancel)
     f = measured(run, counting, cancel, len(prompt))
-    falsify.check_all(
+    check_all(
         (
             "FALSIFY-SERVE-CANCEL-004",
             pick(f, "emitted", "decode_forwards", "prefill_forwards", "stop_reason")
@@ -203,7 +220,7 @@ def test_an_uncancelled_run(
     cancel = CountingCancel() if counting else CountingCancel.never()
     run = session.generate(prompt, max_tokens, cancel=cancel)
     f = measured(run, proxy, cancel, len(prompt))
-    falsify.check_all(
+    check_all(
         (
             "FALSIFY-SERVE-CANCEL-005",
             pick(f, "emitted", "decode_forwards", "stop_reason") | {"max_tokens": max_tokens},
@@ -261,7 +278,7 @@ def test_a_stop_token_ends_the_run(
     cancel = CountingCancel.never()
     run = session.generate(prompt, max_tokens, cancel=cancel, stop_tokens=[stop_token])
     f = measured(run, proxy, cancel, len(prompt))
-    falsify.check_all(
+    check_all(
         (
             "FALSIFY-SERVE-CANCEL-007",
             pick(f, "stop_reason", "tokens", "decode_forwards", "emitted", "wasted_forwards")

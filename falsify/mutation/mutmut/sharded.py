@@ -1,0 +1,145 @@
+"""`falsify mutmut --executor ray`: mutmut's mutants as executor tasks (falsify/mutation/executors.py), with the
+report a local run gives.
+
+The driver makes the scratch copy a local run makes, lets mutmut generate its mutants there (no test runs), and
+reads their names from the .meta files: the same mutants a local run reads back. It cuts them into shards of
+whole functions, in mutmut's order, and hands each shard to the executor as a task. A worker keeps one mutmut tree
+of its own for the whole run (a scratch copy of its node's snapshot, prepared as the driver's was): its first
+shard pays mutmut's generation and its stats run (every selected test once, traced); every later shard runs
+`mutmut run --max-children 1 NAME ...`, which re-checks that the shard's tests pass and that a forced failure is
+seen, then runs each mutant against the tests that reach its function, as a local run does. The shard's exit
+codes and durations come back from the worker's .meta files; the driver locates each mutant (file:line, original
+and mutated line) in its own tree, so the report is built exactly as a local run's.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from falsify.mutation import executors
+from falsify.mutation.mutmut.config import MutmutConfig, MutmutError, MutmutMutant, MutmutRun
+from falsify.mutation.mutmut.running import (
+    _clean_tail,
+    _env,
+    locate,
+    mutmut_command,
+    prepare,
+    read_results,
+)
+from falsify.mutation.semantic.scratch import Scratch
+from falsify.project import Project, find_project
+
+SHARDS = 16  # about this many shards per run: each pays ~3 pytest starts (collect, clean run, forced failure)
+MIN_SHARD = 12  # mutants: a smaller shard would spend more on those starts than on its mutants
+
+# mutmut's own generation step of `mutmut run` (mutmut/__main__.py _run), without its test runs.
+_GENERATE_SCRIPT = """
+import os
+from mutmut.__main__ import create_mutants, store_lines_covered_by_tests
+from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+os.makedirs("mutants", exist_ok=True)
+copy_src_dir()
+copy_also_copy_files()
+setup_source_paths()
+store_lines_covered_by_tests()
+create_mutants(1)
+"""
+
+
+def shards(names: list[str], count: int = SHARDS) -> list[list[str]]:
+    """Mutant names cut into at most about `count` shards of whole functions, in the given order, each of at
+    least MIN_SHARD mutants (but the last)."""
+    size = max(MIN_SHARD, -(-len(names) // count))
+    out: list[list[str]] = []
+    function = None
+    for name in names:
+        fn = name.partition("__mutmut_")[0]
+        if not out or (fn != function and len(out[-1]) >= size):
+            out.append([])
+        out[-1].append(name)
+        function = fn
+    return out
+
+
+def _tree(root: Path, config: MutmutConfig, files: list[str]) -> tuple[Scratch, Path]:
+    """A mutmut tree of this worker's own: a scratch copy of the node's snapshot, prepared as the driver's."""
+    project = find_project(root)
+    scratch = Scratch(root, prefix="falsify-mutmut-shard-", exclude=project.copy_exclude)
+    tree = scratch.copy("project")
+    prepare(tree, project, config, files)
+    return scratch, tree
+
+
+def run_shard(
+    root: Path, config: MutmutConfig, files: list[str], names: list[str], timeout: float
+) -> list[MutmutMutant]:
+    """A task: `mutmut run` over the named mutants in this worker's mutmut tree; their results from its .meta
+    files, each mutant exactly once."""
+    # one tree per worker, kept for its later shards (local threads each need their own)
+    key = ("mutmut", root, tuple(files), threading.get_ident())
+    scratch, tree = executors.kept(key, lambda: _tree(root, config, files), lambda kept: kept[0].close())
+    finished = scratch.run(
+        mutmut_command("run", "--max-children", "1", *names), cwd=tree, env=_env(), timeout=timeout
+    )
+    if finished.returncode is None:
+        raise MutmutError(f"a mutmut shard of {len(names)} mutants ran past {timeout:.0f} s")
+    if finished.returncode != 0:
+        raise MutmutError(f"mutmut exited {finished.returncode} on a shard:\n{_clean_tail(finished.output)}")
+    wanted = set(names)
+    got = [m for m in read_results(tree, files, []) if m.name in wanted]
+    if sorted(m.name for m in got) != sorted(names):
+        raise MutmutError(f"a shard of {len(names)} mutants came back with {len(got)} results")
+    return got
+
+
+def run_sharded(
+    project: Project,
+    config: MutmutConfig,
+    run: MutmutRun,
+    *,
+    executor: str,
+    address: str | None,
+    jobs: int,
+    progress: Callable[[str], None],
+) -> MutmutRun:
+    """run.files' mutants (those matching run.patterns, if any) as shards on the executor; run filled in."""
+    start = time.perf_counter()
+    with Scratch(project.root, prefix="falsify-mutmut-", exclude=project.copy_exclude) as scratch:
+        tree = scratch.copy("project")
+        prepare(tree, project, config, run.files)
+        generated = scratch.run(
+            [sys.executable, "-c", _GENERATE_SCRIPT], cwd=tree, env=_env(), timeout=config.timeout
+        )
+        if generated.returncode != 0:
+            raise MutmutError(f"mutmut could not generate its mutants:\n{_clean_tail(generated.output)}")
+        names = [m.name for m in read_results(tree, run.files, run.patterns)]
+        if not names:
+            raise MutmutError(f"mutmut generated no mutant:\n{_clean_tail(generated.output)}")
+        parts = shards(names)
+        progress(
+            f"mutmut: {len(names)} mutants of {', '.join(run.files)} in {len(parts)} shards on executor "
+            f"{executor}, tests {', '.join(config.tests)}"
+        )
+        deadline = start + config.timeout
+        tasks = [(config, run.files, part, config.timeout) for part in parts]
+        results: dict[str, MutmutMutant] = {}
+        stream = executors.run_tasks(
+            run_shard, tasks, project.root, executor, address, jobs, project.copy_exclude
+        )
+        for done, part in enumerate(stream, 1):
+            results.update((m.name, m) for m in part)
+            progress(
+                f"mutmut: {time.perf_counter() - start:.0f} s: shard {done}/{len(parts)} back, "
+                f"{len(results)}/{len(names)} mutants checked"
+            )
+            if time.perf_counter() > deadline:
+                raise MutmutError(
+                    f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] timeout)"
+                )
+        run.mutants = locate(tree, [results[n] for n in names], scratch, timeout=600)
+    run.seconds = time.perf_counter() - start
+    return run
