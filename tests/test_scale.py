@@ -175,3 +175,27 @@ def normalise_mutmut(report: Path, root: Path) -> dict:
     from falsify.evidence.mutation import normalise
 
     return normalise(json.loads(report.read_text(encoding="utf-8")), root)
+
+
+@needs_netns
+def test_a_task_whose_worker_dies_is_run_again_on_a_live_one(tmp_path: Path) -> None:
+    """Warm workers on the two-node cluster, where the first attempt of task 0 ends its worker process: the task
+    is re-run on the other worker, every task comes back exactly once, and the run says a worker was lost."""
+    (tmp_path / "pyproject.toml").write_text("[tool.falsify]\n", encoding="utf-8")
+    cmd = ["unshare", "-n", sys.executable, str(HERE / "scale" / "cluster_run.py"), str(tmp_path)]
+    proc = subprocess.run(
+        [*cmd, "--engine", "-", "--command", "lose-workers", "--", "6", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = ran["output"]
+    assert ran["exit"] == 0, out[-3000:]
+    assert "a worker was lost (" in out, out[-3000:]
+    done = [line.split()[1] for line in out.splitlines() if line.startswith("task ")]
+    assert sorted(done, key=int) == [str(i) for i in range(6)], out[-3000:]
+    died = int((tmp_path / "first-attempts" / "0").read_text(encoding="utf-8"))
+    assert f"task 0 done in worker {died}" not in out  # not the worker that died

@@ -3,6 +3,7 @@
 worker node once the tasks are out, stop everything, and print one JSON line: {"exit", "output", "killed_worker"}.
 
 python cluster_run.py PROJECT --engine ENGINE [--kill-worker] [--command campaign] [-- EXTRA ARGS]
+python cluster_run.py DIR --engine - --command lose-workers -- N LOSE   (the executor with workers that crash)
 """
 
 from __future__ import annotations
@@ -26,6 +27,27 @@ NODE = [
     "--object-store-memory=200000000",
     "--disable-usage-stats",
 ]
+
+
+# executors.ray_tasks with tasks whose first attempts end their own worker process (os._exit, as a crash or an OOM
+# kill would): tasks `lose` of N do so, once each (a marker file per task records the first attempt). Prints each
+# result as it comes back and what the executor said.
+LOSE_WORKERS = """
+import os, sys
+from pathlib import Path
+from falsify.mutation import executors
+project, address, n, lose = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+marks = project / "first-attempts"
+marks.mkdir(exist_ok=True)
+def task(root, i):
+    mark = marks / str(i)
+    if i < lose and not mark.exists():
+        mark.write_text(str(os.getpid()))
+        os._exit(1)
+    return i, os.getpid()
+for i, pid in executors.ray_tasks(task, [(i,) for i in range(n)], project, address, say=print):
+    print(f"task {i} done in worker {pid}", flush=True)
+"""
 
 
 def own_processes(marker: str) -> list[int]:
@@ -67,7 +89,9 @@ def main() -> int:
     parser.add_argument("project", type=Path)
     parser.add_argument("--engine", required=True)
     parser.add_argument("--kill-worker", action="store_true")
-    parser.add_argument("--command", default="mutants", choices=["mutants", "campaign", "mutmut"])
+    parser.add_argument(
+        "--command", default="mutants", choices=["mutants", "campaign", "mutmut", "lose-workers"]
+    )
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:cut])
@@ -112,8 +136,11 @@ def main() -> int:
             time.sleep(1)
         else:
             raise SystemExit("the worker node never joined")
-        run = subprocess.Popen(
-            [
+        address = f"127.0.0.1:{port}"
+        if args.command == "lose-workers":  # the executor alone: LOSE_WORKERS, not a falsify command
+            command = [str(BIN / "python"), "-c", LOSE_WORKERS, str(args.project), address, *args.extra]
+        else:
+            command = [
                 str(BIN / "python"),
                 "-m",
                 "falsify.cli",
@@ -122,9 +149,11 @@ def main() -> int:
                 "--executor",
                 "ray",
                 "--address",
-                f"127.0.0.1:{port}",
+                address,
                 *args.extra,
-            ],
+            ]
+        run = subprocess.Popen(
+            command,
             cwd=args.project,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
