@@ -5,6 +5,7 @@ run again. End to end on the toy project (tests/test_mutants_runner.py's fixture
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -137,6 +138,15 @@ def test_an_entry_under_another_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(control.CorruptEntry, match="holds key 'aaaa"):
         control.load(tmp_path, "b" * 64)
     assert control.load(tmp_path, "c" * 64) is None  # none stored: run it
+
+
+def test_only_the_most_recent_entries_are_kept(tmp_path: Path) -> None:
+    keys = [f"{i:064x}" for i in range(control.KEEP + 3)]
+    for i, k in enumerate(keys):
+        path = control.store(tmp_path, k, _green_fields())
+        os.utime(path, ns=(i * 10**9, i * 10**9))  # stored one second apart, oldest first
+    kept = sorted(p.stem for p in (tmp_path / control.DIRECTORY).glob("*.json"))
+    assert kept == sorted(keys[-control.KEEP :])
 
 
 def _green_fields() -> dict[str, object]:

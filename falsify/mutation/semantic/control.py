@@ -9,7 +9,8 @@ of a small `falsify mutants` run. Its result is stored under the project's scrat
     package's files; the mutants run (their ids: they choose the falsifiers), the scope; the Python, numpy,
     pytest and hypothesis versions; and the environment variables that change a forward's bytes or the examples.
 
-Any edit anywhere in the tree or the engine gives another key, so a stale entry is never found, only left behind.
+Any edit anywhere in the tree or the engine gives another key, so a stale entry is never found; the KEEP
+most recent entries are kept, older ones removed.
 Only a green control is stored. An entry is read back only when it parses, names its own key and carries the
 sha256 of its body: anything else is refused by name (the file and why) and the control runs again.
 """
@@ -35,6 +36,7 @@ from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
 
 VERSION = 1  # of the entry format
 DIRECTORY = Path(".falsify/control")
+KEEP = 8  # stored controls kept (the most recent)
 ENV = (  # what changes the bytes of a forward or the examples hypothesis draws
     "OPENBLAS_CORETYPE",
     "OPENBLAS_NUM_THREADS",
@@ -202,6 +204,11 @@ def store(root: Path, entry_key: str, fields: dict[str, Any]) -> Path:
         json.dumps({**body, "sha256": _body_sha(body)}, indent=1, sort_keys=True), encoding="utf-8"
     )
     os.replace(tmp, path)
+    # Every edit of the tree makes a new key: keep the KEEP most recent entries, not one per edit forever.
+    entries = sorted(path.parent.glob("*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
+    for stale in entries[KEEP:]:
+        if stale != path:
+            stale.unlink(missing_ok=True)
     return path
 
 
