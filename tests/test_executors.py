@@ -55,3 +55,14 @@ def test_an_unknown_executor_is_a_named_error(tmp_path: Path) -> None:
         executors.ExecutorError, match="unknown executor 'slurm' \\(choose from local, ray\\)"
     ):
         executors.run_tasks(keeps_one_per_thread, [(0,)], tmp_path, "slurm", None)
+
+
+def test_tasks_cut_once_the_worker_slots_are_known(tmp_path: Path) -> None:
+    asked: list[int] = []
+
+    def cut(slots: int) -> list[tuple[object, ...]]:
+        asked.append(slots)
+        return [(i,) for i in range(2 * slots)]
+
+    got = list(executors.run_tasks(keeps_one_per_thread, cut, tmp_path, "local", None, jobs=3))
+    assert asked == [3] and sorted(i for i, _ in got) == list(range(6))

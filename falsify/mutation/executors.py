@@ -35,6 +35,8 @@ from falsify.errors import FalsifyError
 EXECUTORS = ("local", "ray")
 T = TypeVar("T")
 RAY_RETRIES = 3  # re-runs of a task whose worker or node died; a mutant run is idempotent
+# The tasks, or how to cut them once the number of worker slots is known (one per CPU of the cluster, or -j here).
+Tasks = list[tuple[Any, ...]] | Callable[[int], list[tuple[Any, ...]]]
 
 
 class ExecutorError(FalsifyError):
@@ -182,7 +184,7 @@ def _lost(exc: BaseException) -> bool:
 
 def ray_tasks(
     fn: Callable[..., Any] | str,
-    tasks: list[tuple[Any, ...]],
+    tasks: Tasks,
     root: Path,
     address: str,
     exclude: tuple[str, ...] = (),
@@ -205,6 +207,8 @@ def ray_tasks(
     try:
         ref = ray.put(data)
         cpus = max(1, int(ray.cluster_resources().get("CPU", 0)))
+        if callable(tasks):
+            tasks = tasks(cpus)
         warm = ray.remote(num_cpus=1, max_restarts=0, scheduling_strategy="SPREAD")(_Warm)
         actors = [warm.remote(digest, ref) for _ in range(max(1, min(cpus, len(tasks))))]
         if say is not None:
@@ -252,7 +256,7 @@ def ray_tasks(
 
 def run_tasks(
     fn: Callable[..., Any] | str,
-    tasks: list[tuple[Any, ...]],
+    tasks: Tasks,
     root: Path,
     executor: str,
     address: str | None,
@@ -260,7 +264,8 @@ def run_tasks(
     exclude: tuple[str, ...] = (),
 ) -> Iterator[Any]:
     """fn(project_root, *task) for every task, in completion order: on local threads in `root` itself, or as Ray
-    tasks in a snapshot of `root` unpacked on each node (fn must be a module-level function, pure in its args)."""
+    tasks in a snapshot of `root` unpacked on each node (fn must be a module-level function, pure in its args).
+    `tasks` may be a function of the number of worker slots that returns them."""
     if executor == "ray":
         return ray_tasks(fn, tasks, root, address or "auto", exclude)
     if executor != "local":
@@ -268,11 +273,12 @@ def run_tasks(
     return _local_tasks(task_function(fn), tasks, root, jobs)
 
 
-def _local_tasks(
-    fn: Callable[..., Any], tasks: list[tuple[Any, ...]], root: Path, jobs: int
-) -> Iterator[Any]:
+def _local_tasks(fn: Callable[..., Any], tasks: Tasks, root: Path, jobs: int) -> Iterator[Any]:
+    slots = max(1, jobs or available_cores())
+    if callable(tasks):
+        tasks = tasks(slots)
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(jobs or available_cores(), len(tasks) or 1))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(slots, len(tasks) or 1))) as pool:
             futures = [pool.submit(fn, root, *task) for task in tasks]
             for future in as_completed(futures):
                 yield future.result()

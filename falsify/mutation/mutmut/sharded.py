@@ -33,7 +33,10 @@ from falsify.mutation.mutmut.running import (
 from falsify.mutation.semantic.scratch import Scratch
 from falsify.project import Project, find_project
 
-SHARDS = 16  # about this many shards per run: each pays ~3 pytest starts (collect, clean run, forced failure)
+SHARDS = (
+    16  # at least about this many shards per run (2 per worker slot on a larger cluster): each pays ~3 pytest
+)
+# starts (collect, clean run, forced failure)
 MIN_SHARD = 12  # mutants: a smaller shard would spend more on those starts than on its mutants
 
 # mutmut's own generation step of `mutmut run` (mutmut/__main__.py _run), without its test runs.
@@ -119,16 +122,21 @@ def run_sharded(
         names = [m.name for m in read_results(tree, run.files, run.patterns)]
         if not names:
             raise MutmutError(f"mutmut generated no mutant:\n{_clean_tail(generated.output)}")
-        parts = shards(names)
-        progress(
-            f"mutmut: {len(names)} mutants of {', '.join(run.files)} in {len(parts)} shards on executor "
-            f"{executor}, tests {', '.join(config.tests)}"
-        )
+        parts: list[list[str]] = []
+
+        def cut(slots: int) -> list[tuple[object, ...]]:
+            """SHARDS shards, or two per worker slot on a larger cluster (so every slot has work to the end)."""
+            parts.extend(shards(names, max(SHARDS, 2 * slots)))
+            progress(
+                f"mutmut: {len(names)} mutants of {', '.join(run.files)} in {len(parts)} shards on executor "
+                f"{executor} ({slots} worker slots), tests {', '.join(config.tests)}"
+            )
+            return [(config, run.files, part, config.timeout) for part in parts]
+
         deadline = start + config.timeout
-        tasks = [(config, run.files, part, config.timeout) for part in parts]
         results: dict[str, MutmutMutant] = {}
         stream = executors.run_tasks(
-            run_shard, tasks, project.root, executor, address, jobs, project.copy_exclude
+            run_shard, cut, project.root, executor, address, jobs, project.copy_exclude
         )
         for done, part in enumerate(stream, 1):
             results.update((m.name, m) for m in part)
