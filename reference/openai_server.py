@@ -8,6 +8,8 @@ Request fields: prompt (a string or a list of token ids) or messages, max_tokens
 (0: greedy), top_p, top_k, seed, stop (a string or a list), logprobs (completions: the number of top logprobs;
 chat: true, with top_logprobs), and `return_token_ids` (vLLM's extension: each choice, and each streamed chunk,
 carries its `token_ids`). Requests run in continuous batches over `--slots` lanes (reference/openai_batcher.py).
+One choice per request: `n` or `best_of` other than 1 is a 400, as are more than 20 logprob alternatives and a
+top_p outside (0, 1]. Request framing (Content-Length, timeouts) is reference/http_guard.py's.
 
 A client that closes its connection cancels its request: the scheduler looks at every request's socket before
 each round (readable with nothing to read is a closed peer), and a failed write means the same.
@@ -26,13 +28,15 @@ import socket
 import sys
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
+from reference.http_guard import GuardedHandler
 from reference.openai_batcher import Batcher, Detokenizer, Job, Token, encode, piece
 
 MODEL_ID = "reference-tiny"
 WATCH = 0.002  # seconds between looks at the client's socket while no token is ready
+MAX_TOP_LOGPROBS = 20  # alternatives per token, as the OpenAI API caps top_logprobs
 
 
 class BadRequest(ValueError):
@@ -105,11 +109,20 @@ def job_of(body: dict[str, Any], chat: bool, vocab: int) -> Job:
         if chat
         else _int(body, "logprobs", None, 0)
     )
+    if top is not None and top > MAX_TOP_LOGPROBS:
+        key = "top_logprobs" if chat else "logprobs"
+        raise BadRequest(f"{key}: at most {MAX_TOP_LOGPROBS} alternatives per token, got {top}")
+    for key in ("n", "best_of"):  # one choice per request: a request for more is refused, never half-served
+        if key in body and (isinstance(body[key], bool) or body[key] != 1):
+            raise BadRequest(f"{key}: this server returns one choice per request (1), got {body[key]!r}")
+    top_p = _float(body, "top_p", None)
+    if top_p is not None and not 0 < top_p <= 1:
+        raise BadRequest(f"top_p: expected a number in (0, 1], got {top_p!r}")
     return Job(
         prompt=_prompt(body, chat, vocab),
         max_tokens=_int(body, "max_tokens", 16, 1) or 16,
         temperature=_float(body, "temperature", 0.0) or 0.0,
-        top_p=_float(body, "top_p", None),
+        top_p=top_p,
         top_k=_int(body, "top_k", None, 1),
         seed=_int(body, "seed", None, 0),
         top_logprobs=top or 0,
@@ -195,7 +208,7 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler):
     server: _Server
 
     def setup(self) -> None:
@@ -275,7 +288,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, f"no POST {self.path}")
             return
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+            body = json.loads(self.body() or b"null")
             if not isinstance(body, dict):
                 raise BadRequest("the body must be a JSON object")
             model = self.server.batcher.model
@@ -283,8 +296,11 @@ class _Handler(BaseHTTPRequestHandler):
             stops = _stops(body)
             job.watch = self._closed
             self.server.batcher.add(job)
-        except (ValueError, json.JSONDecodeError) as exc:
+        except ValueError as exc:  # BadRequest, not UTF-8 or JSON, a 5,000-digit integer
             self._error(400, str(exc))
+            return
+        except RecursionError:
+            self._error(400, "the body is nested too deeply to be a request")
             return
         try:
             self._serve(job, body, chat, stops)

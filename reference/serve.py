@@ -23,10 +23,12 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import IO, Any
 
 import numpy as np
+
+from reference.http_guard import GuardedHandler
 
 PROTOCOL_VERSION = "falsify-engine/1.1"
 # The capabilities each version this server speaks carries (1.1 adds lanes and sample: reference/serve_lanes.py).
@@ -322,7 +324,7 @@ def _classify(line: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None
     """(message, error reply): a parsed message, or the error to send back for a line that is not one."""
     try:
         message = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # not UTF-8 or JSON, a 5,000-digit integer, deep nesting
         return None, {"id": None, "error": {"code": PARSE_ERROR, "message": f"not JSON: {exc}"}}
     if not isinstance(message, dict) or not (
         isinstance(message.get("method"), str)
@@ -451,7 +453,7 @@ class _Server(ThreadingHTTPServer):
             return self._next, slot
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(GuardedHandler):
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -461,13 +463,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/rpc":
             self.send_error(404, "POST /rpc")
             return
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        message, _error = _classify(body)
-        if message is None or "id" not in message or "method" not in message:
+        message, error = _classify(self.body())
+        if (
+            message is None
+        ):  # the parse error a stdio engine would send back, as the 400's reason (ASCII JSON)
+            self.send_error(400, json.dumps(error))
+            return
+        if "id" not in message or "method" not in message:
             self.send_response(204)
             self.end_headers()
-            if message is not None:
-                self._not_a_request(message)
+            self._not_a_request(message)
             return
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")

@@ -730,7 +730,7 @@ def test_classify_parses_requests_replies_and_notifications() -> None:
 
 
 def test_classify_answers_a_line_that_is_not_json_with_parse_error() -> None:
-    for line in (b"not json\n", b"\xff\xfe\n", b'{"id": 1,'):
+    for line in (b"not json\n", b"\xff\xfe\n", b'{"id": 1,', b'{"id": ' + b"9" * 5000 + b"}"):
         message, error = _classify(line)
         try:
             json.loads(line)
@@ -738,6 +738,9 @@ def test_classify_answers_a_line_that_is_not_json_with_parse_error() -> None:
             reason = str(exc)
         assert message is None
         assert error == {"id": None, "error": {"code": PARSE_ERROR, "message": f"not JSON: {reason}"}}
+    message, error = _classify(b"[" * 100_000 + b"]" * 100_000)  # deeper than the parser recurses (issue #27)
+    assert message is None and error is not None and error["error"]["code"] == PARSE_ERROR
+    assert error["error"]["message"].startswith("not JSON: maximum recursion depth exceeded")
 
 
 @pytest.mark.parametrize(
@@ -1174,19 +1177,22 @@ def test_http_answers_requests_404s_other_paths_and_204s_the_rest(
     for other in (
         line({"method": "$/cancelRequest", "params": {"id": 1}}),
         line({"id": 999, "result": {"cancelled": True}}),  # a reply nothing waits for
-        b"not json\n",
-        line({"id": 3}),
     ):
         status, _, body = post(port, other)
         assert (status, body) == (204, b"")
+    for bad, code in ((b"not json\n", PARSE_ERROR), (line({"id": 3}), INVALID_REQUEST)):
+        # What stdio answers such a line with, as a 400 (it used to be a silent 204, issue #27).
+        status, _, body = post(port, bad)
+        assert status == 400 and f'"code": {code}'.encode() in body, body
+        assert json.dumps(_classify(bad)[1]).encode() in body
     status, _, body = post(port, line({"id": 2, "method": "load_model", "params": {"weights": "x"}}))
     assert json.loads(body)["error"] == {
         "code": INVALID_PARAMS,
         "message": "params.weights: 'f32' or 'q4_k', got 'x'",
     }
     with socket.create_connection(("127.0.0.1", port), timeout=3) as sock:  # a POST without Content-Length
-        sock.sendall(b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        assert sock.recv(64).startswith(b"HTTP/1.0 204 ")
+        sock.sendall(b"POST /rpc HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # an empty line: not JSON
+        assert sock.recv(64).startswith(b'HTTP/1.0 400 {"id": null, "error": {"code": -32700, ')
     assert thread.is_alive() and "Traceback" not in capsys.readouterr().err
 
 

@@ -1,0 +1,182 @@
+"""The reference's own HTTP servers facing a hostile local client (issue #27): `python -m reference.serve --http`
+(the wire protocol) and `--openai`. Each bad request is a named 4xx/5xx within a bounded time, the server keeps
+serving, and a client that stalls or idles is dropped after the handler's timeout (lowered here to 0.5 s; 30 s
+in the servers). In process, on 127.0.0.1; each test is bounded by SIGALRM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reference import openai_server, serve
+
+IDLE = 0.5
+
+
+@pytest.fixture(autouse=True)
+def _alarm() -> Iterator[None]:
+    def hung(signum: int, frame: object) -> None:
+        raise AssertionError("past the test's 20 s bound")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _run(server: Any) -> Iterator[int]:
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        thread.join(5)
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    from reference.model import load_model
+    from reference.tiny import tiny_model
+
+    return load_model(tiny_model(seed=0), weights="f32")
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    monkeypatch.setattr(serve._Handler, "timeout", IDLE)
+    yield from _run(serve._Server(("127.0.0.1", 0)))
+
+
+@pytest.fixture
+def oai(monkeypatch: pytest.MonkeyPatch, model: Any) -> Iterator[int]:
+    from reference.openai_batcher import Batcher
+
+    monkeypatch.setattr(openai_server._Handler, "timeout", IDLE)
+    yield from _run(openai_server._Server(0, Batcher(model, slots=1)))
+
+
+def exchange(port: int, data: bytes, wait: float = 5.0) -> bytes:
+    """Send raw bytes; everything the server sends back until it closes (or `wait` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as sock:
+        sock.sendall(data)
+        out = b""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    return out
+
+
+def post(path: str, body: bytes, length: object = None, extra: str = "") -> bytes:
+    n = len(body) if length is None else length
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {n}\r\n{extra}\r\n"
+    return head.encode() + body
+
+
+GOOD = {"/rpc": b'{"id": 1, "method": "x"}', "/v1/completions": b'{"prompt": [300], "max_tokens": 1}'}
+FRAMING = [
+    ("negative-length", -1, "", b" 400 ", b"Content-Length must be a number of bytes, got '-1'"),
+    ("huge-length", 10**15, "", b" 413 ", b"a body of 1000000000000000 bytes; at most 16777216 are taken"),
+    ("letters-length", "abc", "", b" 400 ", b"Content-Length must be a number of bytes, got 'abc'"),
+    ("chunked", None, "Transfer-Encoding: chunked\r\n", b" 501 ", b"Transfer-Encoding is not supported"),
+    ("stalled-body", 10_000, "", b" 408 ", b"the body ended after"),
+]
+
+
+@pytest.mark.parametrize("kind", ["wire", "oai"])
+@pytest.mark.parametrize(
+    ("length", "extra", "status", "named"), [c[1:] for c in FRAMING], ids=[c[0] for c in FRAMING]
+)
+def test_a_bad_length_is_refused_before_the_body_is_read(
+    kind: str, length: object, extra: str, status: bytes, named: bytes, request: pytest.FixtureRequest
+) -> None:
+    port = request.getfixturevalue(kind)
+    path = "/rpc" if kind == "wire" else "/v1/completions"
+    t0 = time.monotonic()
+    out = exchange(port, post(path, GOOD[path], length, extra))
+    assert out.split(b"\r\n", 1)[0].startswith(b"HTTP/1.0") and status in out.split(b"\r\n", 1)[0], out[:200]
+    assert named in out, out[:400]
+    assert time.monotonic() - t0 < 4  # the stalled body: the 0.5 s timeout, not the client's patience
+    assert exchange(port, post(path, GOOD[path])).startswith(b"HTTP/1.0 "), "the server stopped serving"
+
+
+@pytest.mark.parametrize("kind", ["wire", "oai"])
+def test_an_idle_or_dribbling_connection_is_dropped(kind: str, request: pytest.FixtureRequest) -> None:
+    port = request.getfixturevalue(kind)
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]
+    for sock in idle:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+    path = "/rpc" if kind == "wire" else "/v1/completions"
+    assert exchange(port, post(path, GOOD[path])).startswith(b"HTTP/1.0 "), "idle clients starved the server"
+    t0 = time.monotonic()
+    for sock in idle:
+        assert sock.recv(1) == b"", "the server kept an idle connection"
+        sock.close()
+    assert time.monotonic() - t0 < 4
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, b"not JSON: maximum recursion depth exceeded"),
+        (b'{"id": ' + b"9" * 5000 + b"}", b"not JSON: Exceeds the limit (4300 digits)"),
+        (b'{"method": "\xff"}', b"not JSON: &#x27;utf-8&#x27; codec can"),
+    ],
+    ids=["nested-100000", "5000-digits", "not-utf8"],
+)
+def test_the_wire_server_answers_a_line_that_is_not_json_with_its_parse_error(
+    wire: int, body: bytes, named: bytes
+) -> None:
+    out = exchange(wire, post("/rpc", body))
+    assert out.startswith(b"HTTP/1.0 400 ") and b'"code": -32700' in out, out[:300]
+    assert named in out or named.replace(b"&#x27;", b"'") in out, out[:400]
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "the body is nested too deeply to be a request"),
+        ({"prompt": [300], "max_tokens": 1, "n": 1000}, "n: this server returns one choice per request (1), got 1000"),
+        ({"prompt": [300], "max_tokens": 1, "n": True}, "n: this server returns one choice per request (1), got True"),
+        ({"prompt": [300], "max_tokens": 1, "best_of": 2}, "best_of: this server returns one choice per request (1), got 2"),
+        ({"prompt": [300], "max_tokens": 1, "logprobs": 10**9}, "logprobs: at most 20 alternatives per token, got 1000000000"),
+        ({"messages": [{"role": "user", "content": "a"}], "max_tokens": 1, "logprobs": True, "top_logprobs": 21}, "top_logprobs: at most 20 alternatives per token, got 21"),
+        ({"prompt": [300], "max_tokens": 1, "top_p": 5}, "top_p: expected a number in (0, 1], got 5.0"),
+        ({"prompt": [300], "max_tokens": 1, "top_p": 0}, "top_p: expected a number in (0, 1], got 0.0"),
+        ({"prompt": [300], "max_tokens": 10**30}, "exceeds the context of"),
+    ],
+    ids=["nested", "n", "n-bool", "best_of", "logprobs", "top_logprobs", "top_p-5", "top_p-0", "max_tokens"],
+)  # fmt: skip
+def test_the_openai_server_refuses_what_it_cannot_serve_by_name(oai: int, body: Any, named: str) -> None:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    path = "/v1/chat/completions" if b'"messages"' in raw else "/v1/completions"
+    out = exchange(oai, post(path, raw))
+    assert out.startswith(b"HTTP/1.0 400 "), out[:300]
+    assert json.loads(out.partition(b"\r\n\r\n")[2])["error"]["message"].startswith(named) or named in str(
+        out
+    )
+
+
+def test_the_openai_server_still_serves_the_edges_it_allows(oai: int) -> None:
+    """n 1, top_p 1, 20 alternatives: the limits refuse what is past them, not what is at them."""
+    body = {"prompt": [300], "max_tokens": 1, "n": 1, "best_of": 1, "top_p": 1, "logprobs": 20}
+    out = exchange(oai, post("/v1/completions", json.dumps(body).encode()))
+    assert out.startswith(b"HTTP/1.0 200 "), out[:300]
+    reply = json.loads(out.partition(b"\r\n\r\n")[2])
+    # 20 alternatives, keyed by their text: pieces that detokenize alike share one key, so at most 20 show.
+    assert len(reply["choices"]) == 1 and 1 < len(reply["choices"][0]["logprobs"]["top_logprobs"][0]) <= 20
