@@ -2,7 +2,7 @@
 an engine's config.json.
 
 `loads(data, what=...)` bounds what a hostile document can cost before and while it is parsed: its size in bytes,
-the digits of each integer (Python's own int limit raises a plain ValueError at 4,300 digits, which a caller
+repeated keys in one object, the digits of each integer (Python's own int limit raises a plain ValueError at 4,300 digits, which a caller
 could mistake for something else), the length of each number literal, NaN and Infinity (not JSON), and the
 nesting depth. Every failure is a JsonFormatError naming `what`, never a ValueError, RecursionError or
 UnicodeDecodeError, so nothing a parser raises can pass for an engine's refusal or any other meaning.
@@ -45,6 +45,17 @@ def _constant(text: str) -> Any:
     raise JsonFormatError(f"{text} is not JSON")
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are distinct: readers disagree on a repeated key (Python keeps the last, others the
+    first), so a document that means two things to two readers is refused (issue #27)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        repeated = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise JsonFormatError(f"the key {repeated[:80]!r} appears twice in one object")
+    return value
+
+
 def loads(
     data: bytes | str,
     *,
@@ -57,7 +68,9 @@ def loads(
         raise JsonFormatError(f"{what}: {len(data)} bytes (at most {max_bytes})")
     try:
         text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
-        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        value = json.loads(
+            text, parse_int=_int, parse_float=_float, parse_constant=_constant, object_pairs_hook=_object
+        )
     except JsonFormatError as exc:
         raise JsonFormatError(f"{what}: {exc}") from None
     except UnicodeDecodeError as exc:

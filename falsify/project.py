@@ -106,28 +106,43 @@ def find_project_or_none(start: Path | None = None) -> Project | None:
         return None
 
 
-def _table(pyproject: Path) -> dict[str, Any] | None:
+def read_toml(path: Path, what: str = "pyproject.toml") -> dict[str, Any]:
+    """The TOML document at `path`, read through the file layer (a regular file of at most 4 MiB, no symlink);
+    unreadable, not UTF-8, not TOML or nested too deeply is a ProjectError naming the file (issue #27)."""
     try:
-        text = safefile.read_text(pyproject, limit=MAX_PYPROJECT, what="pyproject.toml")
+        text = safefile.read_text(path, limit=MAX_PYPROJECT, what=what)
     except safefile.FileLayerError as exc:
         raise ProjectError(str(exc)) from None
-    return copy.deepcopy(_parsed_table(pyproject, text))
+    return copy.deepcopy(_parsed(path, text))
 
 
 @lru_cache(maxsize=4)  # a text is at most MAX_PYPROJECT
-def _parsed_table(pyproject: Path, text: str) -> dict[str, Any] | None:
-    """[tool.falsify] of this pyproject text, parsed once per text: the gate lints 70-odd contract and mutant
-    files, each finding its project (issue #28). Keyed by the text itself, so an edited file is parsed again."""
+def _parsed(path: Path, text: str) -> dict[str, Any]:
+    """This TOML text parsed once per text: the gate lints 70-odd contract and mutant files, each finding its
+    project (issue #28). Keyed by the text itself, so an edited file is parsed again."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ProjectError(f"{pyproject}: not valid TOML: {exc}") from None
+        raise ProjectError(f"{path}: not valid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
-        raise ProjectError(f"{pyproject}: nested too deeply to be a configuration") from None
-    table = data.get("tool", {}).get("falsify")
-    if table is not None and not isinstance(table, dict):
-        raise ProjectError(f"{pyproject}: [tool.falsify] must be a table")
-    return table
+        raise ProjectError(f"{path}: nested too deeply to be a configuration") from None
+
+
+def subtable(data: dict[str, Any], path: Path, *keys: str) -> dict[str, Any] | None:
+    """data[keys[0]][keys[1]]...: None where a key is absent, a ProjectError where a value on the way is not a
+    table (`tool = 1`)."""
+    here: Any = data
+    for i, key in enumerate(keys):
+        here = here.get(key)
+        if here is None:
+            return None
+        if not isinstance(here, dict):
+            raise ProjectError(f"{path}: [{'.'.join(keys[: i + 1])}] must be a table")
+    return here
+
+
+def _table(pyproject: Path) -> dict[str, Any] | None:
+    return subtable(read_toml(pyproject), pyproject, "tool", "falsify")
 
 
 def _project(root: Path, table: dict[str, Any]) -> Project:

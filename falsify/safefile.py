@@ -19,7 +19,7 @@ import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from falsify.errors import FalsifyError
 
@@ -128,6 +128,18 @@ def read_text(path: Path, *, limit: int, what: str = "file", root: Path | None =
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FileLayerError(f"{path}: the {what} is not UTF-8 (byte {exc.start})") from None
+
+
+def read_json(path: Path, *, limit: int, what: str = "file", root: Path | None = None) -> Any:
+    """The value of the JSON document at `path`: a regular file of at most `limit` bytes, read by the bounded
+    JSON reader (falsify/boundedjson.py); any failure is a FileLayerError naming the file."""
+    from falsify import boundedjson
+
+    data = read_bytes(path, limit=limit, what=what, root=root)
+    try:
+        return boundedjson.loads(data, what=str(path), max_bytes=limit)
+    except boundedjson.JsonFormatError as exc:
+        raise FileLayerError(str(exc)) from None
 
 
 def _write_all(fd: int, data: bytes) -> None:

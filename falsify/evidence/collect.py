@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from falsify import safefile
 from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS
 from falsify.evidence.mutation import load_report
 from falsify.evidence.tree import EvidenceError
@@ -17,6 +18,7 @@ from falsify.project import Project
 
 # A bundle's statements must be the same bytes for the same tree: hypothesis runs derandomized with no database
 # (the plugin's "ci" profile), and hashing is seeded. A caller's explicit settings win.
+MAX_JUNIT = 256 * 2**20  # bytes of a junit.xml
 DETERMINISTIC_ENV = {"HYPOTHESIS_PROFILE": "ci", "PYTHONHASHSEED": "0"}
 
 
@@ -27,7 +29,12 @@ def read_gate_dir(directory: Path) -> tuple[dict[str, Any], bytes]:
         raise EvidenceError(
             f"{directory}: no {' or '.join(missing)} (expected the --out directory of `falsify gate`)"
         )
-    return load_results(directory / RESULTS), (directory / JUNIT).read_bytes()
+    try:
+        return load_results(directory / RESULTS), safefile.read_bytes(
+            directory / JUNIT, limit=MAX_JUNIT, what="JUnit report"
+        )
+    except safefile.FileLayerError as exc:
+        raise EvidenceError(str(exc)) from None
 
 
 def run_gate(

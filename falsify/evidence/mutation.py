@@ -7,11 +7,11 @@ the predictions bound (results.json) to the report's `killedBy` tests, limited t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from falsify import safefile
 from falsify.contracts.corpus import Corpus, Mutant
 from falsify.evidence.digests import canonical, scrub, sha256_bytes
 from falsify.evidence.tree import EvidenceError
@@ -48,11 +48,14 @@ class MutantOutcome:
         return out | ({"cannotShowPredictions": list(self.cannot_show)} if self.cannot_show else {})
 
 
+MAX_REPORT = 256 * 2**20  # bytes of a mutation report
+
+
 def load_report(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EvidenceError(f"{path}: not a readable mutation report ({exc})") from None
+        data = safefile.read_json(path, limit=MAX_REPORT, what="mutation report")
+    except safefile.FileLayerError as exc:
+        raise EvidenceError(f"not a readable mutation report: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict) or "schemaVersion" not in data:
         raise EvidenceError(f"{path}: not a Stryker mutation-testing report (needs schemaVersion and files)")
     return data

@@ -44,6 +44,7 @@ from falsify.evidence.tree import (
 from falsify.evidence.verdict import decide, junit_totals
 from falsify.harness.proven import PredictionProof, proofs
 from falsify.harness.results import PredictionResult, per_prediction, test_counts
+from falsify.project import ProjectError, read_toml, subtable
 
 # Packages whose versions the environment block names: the harness, the engine's numerics, the oracles.
 PACKAGES = (
@@ -351,7 +352,6 @@ def mutmut_summary(report: dict[str, Any], root: Path) -> dict[str, Any]:
     killed = Killed; survived = Survived; timeout = Timeout; no_tests = NoCoverage; other = anything else.
     floor: [tool.falsify.mutmut] kill_rate_floor (a fraction, or a percentage above 1) in pyproject.toml, or None.
     """
-    import tomllib
 
     names = {"Killed": "killed", "Survived": "survived", "Timeout": "timeout", "NoCoverage": "no_tests"}
     counts = {"killed": 0, "survived": 0, "timeout": 0, "no_tests": 0, "other": 0}
@@ -362,11 +362,11 @@ def mutmut_summary(report: dict[str, Any], root: Path) -> dict[str, Any]:
             counts[names.get(str(m.get("status")) if isinstance(m, dict) else "", "other")] += 1
     floor = None
     try:
-        config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-        raw = config.get("tool", {}).get("falsify", {}).get("mutmut", {}).get("kill_rate_floor")
+        path = root / "pyproject.toml"
+        raw = (subtable(read_toml(path), path, "tool", "falsify", "mutmut") or {}).get("kill_rate_floor")
         if isinstance(raw, int | float) and not isinstance(raw, bool) and 0 <= raw <= 100:
             floor = raw / 100 if raw > 1 else raw
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    except ProjectError:
         floor = None
     return {**counts, "floor": floor}
 

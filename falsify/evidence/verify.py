@@ -281,9 +281,10 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
         matrix = _json(bundle / MATRIX, v)
         if matrix is None:
             return
-    run = RunResults(
-        results, junit_path.read_bytes(), report, ev["mutants"].get("reason", ""), mutmut_report, matrix
-    )
+    junit = _bytes(junit_path, v)
+    if junit is None:
+        return
+    run = RunResults(results, junit, report, ev["mutants"].get("reason", ""), mutmut_report, matrix)
     try:
         rebuilt = build(
             root,
@@ -333,7 +334,7 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
     for name, data in expected.items():
         path = bundle / name
         named = any(p.startswith(f"{name}:") for p in v.problems)
-        if not named and (not path.is_file() or path.read_bytes() != data):
+        if not named and (not path.is_file() or _bytes(path, v) != data):
             v.problems.append(
                 f"{name}: does not say what the statements say (rendered again from them, it differs)"
             )
@@ -377,6 +378,14 @@ def _weight_digest(path: Path | None, v: Verification) -> str | None:
         return safefile.sha256(path, what="weights file")
     except safefile.FileLayerError as exc:
         v.problems.append(str(exc))
+        return None
+
+
+def _bytes(path: Path, v: Verification) -> bytes | None:
+    try:
+        return safefile.read_bytes(path, limit=MAX_JSON_BYTES, what=path.name)
+    except safefile.FileLayerError as exc:
+        v.problems.append(f"{exc}; the verdict cannot be re-derived")
         return None
 
 

@@ -13,7 +13,6 @@ import sys
 import tempfile
 import threading
 import time
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
@@ -42,7 +41,7 @@ from falsify.harness.results import (
     per_prediction,
     test_counts,
 )
-from falsify.project import Project
+from falsify.project import Project, ProjectError, read_toml, subtable
 from falsify.table import table
 
 DEFAULT_TEST_TIMEOUT = 900.0  # seconds per falsifier; [tool.falsify.gate] test_timeout or --test-timeout
@@ -173,11 +172,11 @@ def _signal_group(pgid: int, sig: int) -> None:
 def timeouts(project: Project, test: float | None, whole: float | None) -> tuple[float, float]:
     """Per-test and per-gate timeouts: the flag, else [tool.falsify.gate] test_timeout/timeout, else defaults."""
     try:
-        data = tomllib.loads(project.pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        data = {}
-    table = data.get("tool", {}).get("falsify", {}).get("gate", {})
-    table = table if isinstance(table, dict) else {}
+        table = subtable(read_toml(project.pyproject), project.pyproject, "tool", "falsify", "gate") or {}
+    except (
+        ProjectError
+    ):  # find_project read the same file a moment ago; a file changed since keeps the defaults
+        table = {}
 
     def pick(flag: float | None, key: str, default: float) -> float:
         value = flag if flag is not None else table.get(key, default)
@@ -208,9 +207,9 @@ def mutant_proofs(
             raise FalsifyError(f"--mutants-report {report_path}: no such file")
         return proofs(corpus, None), f"no mutant run ({DEFAULT_MUTANTS_REPORT} absent; run `falsify mutants`)"
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FalsifyError(f"{path}: not a readable mutation report ({exc})") from None
+        report = safefile.read_json(path, limit=256 * 2**20, what="mutation report")
+    except safefile.FileLayerError as exc:
+        raise FalsifyError(f"not a readable mutation report: {exc}") from None
     if not isinstance(report, dict) or not isinstance(report.get("files"), dict):
         raise FalsifyError(f"{path}: not a Stryker mutation-testing report (needs files)")
     stale = stale_files(report, project.root)

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from falsify import safefile
 from falsify.engines.loading import EngineError, engine_forms, load_engine
 from falsify.harness.gate import gate, lint_project
 from falsify.harness.results import Outcome
@@ -89,10 +90,10 @@ def matrix(project: Project, engines: list[str], out: Path, pytest_args: list[st
         ],
         "summaries": {e: columns[e]["summary"] for e in engines},
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "matrix.json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    safefile.make_dirs(out, what="--out directory")
+    safefile.replace(out / "matrix.json", (json.dumps(document, indent=1) + "\n").encode(), what="matrix")
     text = render(document)
-    (out / "matrix.md").write_text(markdown(document), encoding="utf-8")
+    safefile.replace(out / "matrix.md", markdown(document).encode(), what="matrix")
     print()
     print(text)
     print(f"matrix: {len(ids)} predictions x {len(engines)} engines; matrix.json and matrix.md in {out}")
@@ -109,7 +110,7 @@ def run_one(project: Project, engine: str, out: Path, pytest_args: list[str]) ->
     gate(project, engine=engine, out=out, pytest_args=pytest_args)
     if not (out / "gate.json").is_file():
         return {"rows": {}, "summary": "not run: the gate wrote no results", "failed_to_run": True}
-    data = json.loads((out / "gate.json").read_text(encoding="utf-8"))
+    data = safefile.read_json(out / "gate.json", limit=256 * 2**20, what="gate.json")
     rows = {r["id"]: r for r in data["predictions"]}
     counts = Counter(r["outcome"] for r in rows.values())
     parts = ", ".join(f"{counts[o.value]} {SHORT[o.value]}" for o in Outcome)

@@ -114,8 +114,18 @@ def counts_text(counts: dict[str, int] | None) -> str:
     return text + "".join(f", {counts[k]} {k}" for k in ("xfailed", "xpassed", "deselected") if counts[k])
 
 
+MAX_RESULTS = 256 * 2**20  # bytes of a results.json
+
+
 def load_results(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    """A results.json (the gate's, or one given to `falsify evidence --from`): through the file layer and the
+    bounded JSON reader, and a JSON object, or a FalsifyError naming the file."""
+    from falsify import safefile
+    from falsify.errors import FalsifyError
+
+    data = safefile.read_json(path, limit=MAX_RESULTS, what="results file")
+    if not isinstance(data, dict):
+        raise FalsifyError(f"{path}: not a results file (expected a JSON object)")
     return data
 
 

@@ -14,12 +14,26 @@ import os
 import platform
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = "2"
 THRESHOLDS = {"high": 80, "low": 60}
 DETECTED = ("Killed", "Timeout")
 UNDETECTED = ("Survived", "NoCoverage")
+
+
+def write_report(data: dict[str, Any], out: Path, title: str) -> tuple[Path, Path]:
+    """DATA as OUT/mutation-report.json and the page that renders it, OUT/mutation-report.html (OUT created).
+    Both replaced atomically through the file layer: a link in a report's place is refused, never written
+    through (issue #27)."""
+    from falsify import safefile
+
+    safefile.make_dirs(out, what="--out directory")
+    json_path, html_path = out / "mutation-report.json", out / "mutation-report.html"
+    safefile.replace(json_path, json.dumps(data, indent=1).encode(), what="mutation report")
+    safefile.replace(html_path, render_html(data, title).encode(), what="mutation report")
+    return json_path, html_path
 
 
 @dataclass(frozen=True, slots=True)

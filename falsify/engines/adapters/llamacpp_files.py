@@ -18,20 +18,31 @@ Quantizing uses llama.cpp's quantizer through llama-cpp-python's `llama_model_qu
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from falsify import boundedjson, safefile
+from falsify.errors import FalsifyError
 
 CONVERTER = "vendor/llama.cpp/convert_hf_to_gguf.py"
 
 
+MAX_CONFIG = 2**20  # bytes of a config.json
+MAX_VOCAB = 2**22  # token ids a tokenizer is written for (real checkpoints: up to ~260,000)
+
+
 class ToolMissing(RuntimeError):
     """A llama.cpp tool is not installed here; the message says how to get it."""
+
+
+class CheckpointError(FalsifyError):
+    """A checkpoint directory that cannot be converted: its config.json or a tensor file, named."""
 
 
 def converter_script() -> Path:
@@ -69,18 +80,37 @@ def spm_tokenizer_model(vocab_size: int) -> bytes:
     return model.SerializeToString()
 
 
+def checkpoint_config(checkpoint: Path) -> tuple[bytes, dict[str, Any]]:
+    """The bytes and value of a checkpoint's config.json: a regular file of at most 1 MiB, bounded JSON, an
+    object whose vocab_size is an int in 1..MAX_VOCAB (the tokenizer written for it has one piece per id)."""
+    path = checkpoint / "config.json"
+    try:
+        data = safefile.read_bytes(path, limit=MAX_CONFIG, what="config.json")
+        config = boundedjson.loads(data, what=str(path), max_bytes=MAX_CONFIG)
+    except (safefile.FileLayerError, boundedjson.JsonFormatError) as exc:
+        raise CheckpointError(str(exc)) from None
+    vocab = config.get("vocab_size") if isinstance(config, dict) else None
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or not 0 < vocab <= MAX_VOCAB:
+        raise CheckpointError(f"{path}: vocab_size must be an integer in 1..{MAX_VOCAB}, got {vocab!r}")
+    return data, config
+
+
 def float32_copy(checkpoint: Path, out: Path) -> Path:
     """The checkpoint's config.json and its tensors as float32 safetensors, plus a tokenizer.model."""
     from safetensors.numpy import load_file, save_file
 
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copy(checkpoint / "config.json", out / "config.json")
+    data, config = checkpoint_config(checkpoint)
     tensors: dict[str, np.ndarray] = {}
     for f in sorted(checkpoint.glob("*.safetensors")):
+        if not stat.S_ISREG(
+            os.lstat(f).st_mode
+        ):  # a FIFO would block the reader, a link could leave the tree
+            raise CheckpointError(f"{f}: not a regular file")
         tensors |= {k: v.astype(np.float32) for k, v in load_file(str(f)).items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_bytes(data)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    vocab_size = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
-    (out / "tokenizer.model").write_bytes(spm_tokenizer_model(vocab_size))
+    (out / "tokenizer.model").write_bytes(spm_tokenizer_model(config["vocab_size"]))
     return out
 
 

@@ -42,6 +42,7 @@ import os
 import shutil
 from pathlib import Path
 
+from falsify import safefile
 from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.mutmut.config import MutmutError, MutmutRun, read_baseline, read_config, render_baseline
@@ -163,19 +164,14 @@ def run(args: argparse.Namespace) -> int:
         for why, e in stale:
             print(f"  {e.where or '?'} {e.mutant}: {why}")
     out = args.out if args.out.is_absolute() else project.root / args.out
-    out.mkdir(parents=True, exist_ok=True)
-    data = to_stryker(result, project.root)
-    (out / "mutation-report.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
-    (out / "mutation-report.html").write_text(
-        stryker.render_html(data, "falsify mutmut: operator mutants"), encoding="utf-8"
-    )
+    stryker.write_report(to_stryker(result, project.root), out, "falsify mutmut: operator mutants")
     summary, ok = verdict(result)
     print()
     print(summary)
     print(f"mutmut: report in {out / 'mutation-report.json'} and {out / 'mutation-report.html'}")
     if args.write_baseline:
         path = project.root / config.baseline
-        path.write_text(render_baseline(result, baseline), encoding="utf-8")
+        safefile.replace(path, render_baseline(result, baseline).encode(), what="mutmut baseline")
         listed = len(read_baseline(project, config).survivors)
         print(
             f"mutmut: wrote {path} ({len(baseline.equivalent)} equivalent, {listed} survivors); review the diff"

@@ -6,12 +6,12 @@ described in falsify/mutation/mutmut/__init__.py.
 from __future__ import annotations
 
 import json
-import tomllib
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 
 from falsify.errors import FalsifyError
-from falsify.project import Project
+from falsify.project import Project, ProjectError, read_toml, subtable
 
 DEFAULT_FLOOR = 0.0
 DEFAULT_BASELINE = "mutmut-baseline.toml"
@@ -184,12 +184,12 @@ class MutmutRun:
 def read_baseline(project: Project, config: MutmutConfig) -> Baseline:
     """The baseline file named by `baseline` (absent: empty); a bad entry is a one-line MutmutError."""
     path = project.root / config.baseline
-    if not path.is_file():
+    if not os.path.lexists(path):
         return Baseline(config.baseline)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise MutmutError(f"{path}: {exc}") from None
+    try:  # a regular file inside the project, bounded (a FIFO or /dev/zero is named, not read as empty)
+        data = read_toml(path, "mutmut baseline")
+    except ProjectError as exc:
+        raise MutmutError(str(exc)) from None
     unknown = sorted(set(data) - {"equivalent", "survivor"})
     if unknown:
         raise MutmutError(f"{path}: unknown table(s) {', '.join(unknown)} (known: equivalent, survivor)")
@@ -283,14 +283,9 @@ def read_config(project: Project) -> MutmutConfig:
     """[tool.falsify.mutmut] from pyproject.toml, with defaults; a bad value is a one-line MutmutError."""
     path = project.root / "pyproject.toml"
     try:
-        table_ = (
-            tomllib.loads(path.read_text(encoding="utf-8"))
-            .get("tool", {})
-            .get("falsify", {})
-            .get("mutmut", {})
-        )
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise MutmutError(f"{path}: {exc}") from None
+        table_ = subtable(read_toml(path), path, "tool", "falsify", "mutmut") or {}
+    except ProjectError as exc:
+        raise MutmutError(str(exc)) from None
     where = f"{path}: [tool.falsify.mutmut]"
     known = (
         "kill_rate_floor",

@@ -227,14 +227,7 @@ def to_stryker(run: Run) -> dict[str, Any]:
 
 
 def write(run: Run, out: Path) -> tuple[Path, Path]:
-    import json
-
-    out.mkdir(parents=True, exist_ok=True)
-    data = to_stryker(run)
-    json_path, html_path = out / "mutation-report.json", out / "mutation-report.html"
-    json_path.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    html_path.write_text(stryker.render_html(data, "falsify mutants: semantic mutants"), encoding="utf-8")
-    return json_path, html_path
+    return stryker.write_report(to_stryker(run), out, "falsify mutants: semantic mutants")
 
 
 def diffs(results: list[MutantResult]) -> str:

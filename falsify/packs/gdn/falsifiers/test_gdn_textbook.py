@@ -14,13 +14,13 @@ the transpose of the paper's).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import falsify
+from falsify import safefile
 
 ODD_LENGTHS = [1, 63, 75, 150, 500]
 
@@ -56,7 +56,7 @@ def checkpoint_gates(path: Path, layer: int) -> tuple[dict, np.ndarray, np.ndarr
     """The config and (A_log, dt_bias) of GDN layer `layer` of an HF checkpoint, read without the engine."""
     from safetensors.numpy import load_file
 
-    config = json.loads((path / "config.json").read_text())
+    config = read_config(path)
     tensors = load_file(str(path / "model.safetensors"))
     prefix = f"model.layers.{layer}.linear_attn."
     return (
@@ -84,13 +84,19 @@ def inputs(config: dict, A_log: np.ndarray, dt_bias: np.ndarray, length: int, se
     return q, k, v, alpha, beta, S0
 
 
+def read_config(path: Path) -> dict:
+    """The checkpoint's config.json through falsify's file layer and bounded JSON reader: the engine's weights
+    are its data, read as untrusted (a FIFO, /dev/zero or a 5,000-digit integer is a named error)."""
+    return safefile.read_json(path / "config.json", limit=2**20, what="config.json")
+
+
 @pytest.fixture(scope="module")
 def tiny_path(engine) -> Path:
     return Path(engine.tiny_model_path())
 
 
 def gdn_layers(path: Path) -> list[int]:
-    types = json.loads((path / "config.json").read_text())["layer_types"]
+    types = read_config(path)["layer_types"]
     return [i for i, t in enumerate(types) if t == "linear_attention"]
 
 
