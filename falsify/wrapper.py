@@ -20,7 +20,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from falsify import __version__
+from falsify import __version__, safefile
 from falsify.contracts.packs import DISTRIBUTION
 from falsify.errors import FalsifyError
 
@@ -92,6 +92,7 @@ def build_wheel(target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     out = target / wheel_name(version)
     tmp = out.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)  # a link left in its place is removed, never written through
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as whl:
         for name, data in files.items():  # the package's files sorted, then the dist-info, RECORD last
             entry = zipfile.ZipInfo(name, EPOCH)
@@ -105,13 +106,13 @@ def build_wheel(target: Path) -> Path:
 def pin(root: Path) -> tuple[Path, str]:
     """Write the wheel and SHA256SUMS into root/.falsify-harness (older wheels there are removed); (wheel, sha256)."""
     directory = root / DIRECTORY
-    directory.mkdir(exist_ok=True)
+    safefile.make_dirs(directory, what="wrapper directory", root=root)  # not a link out of the repo
     for old in directory.glob("*.whl"):
         old.unlink()
     wheel = build_wheel(directory)
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     # `sha256sum -c SHA256SUMS` format: the digest, two spaces, the file name
-    (directory / SUMS).write_text(f"{digest}  {wheel.name}\n", encoding="utf-8")
+    safefile.replace(directory / SUMS, f"{digest}  {wheel.name}\n".encode(), what="SHA256SUMS")
     return wheel, digest
 
 

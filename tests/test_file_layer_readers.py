@@ -146,7 +146,8 @@ def test_a_tree_file_replaced_by_a_fifo_is_an_oserror_not_a_hang(tmp_path: Path)
 # -- configuration ----------------------------------------------------------------------------------------------------
 def project(tmp_path: Path, extra: str = "") -> Path:
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.falsify]\ncontracts = "c"\n\n[tool.falsify.mutmut]\nbaseline = "b.toml"\npaths = ["x.py"]\n' + extra,
+        '[tool.falsify]\ncontracts = "c"\n\n[tool.falsify.mutmut]\nbaseline = "b.toml"\npaths = ["x.py"]\n'
+        + extra,
         encoding="utf-8",
     )
     return tmp_path
@@ -190,3 +191,24 @@ def test_a_report_in_out_is_replaced_never_written_through_a_link(
     with pytest.raises(safefile.FileLayerError, match="cannot replace the mutation report: a symlink"):
         report.write(object(), out)  # type: ignore[arg-type]
     assert outside.read_text(encoding="utf-8") == "keep"
+
+
+def test_a_fifo_named_like_a_test_file_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    from falsify.harness.collection import _read_text
+
+    os.mkfifo(tmp_path / "test_x.py")
+    assert _read_text(tmp_path / "test_x.py") is None
+    (tmp_path / "test_y.py").write_bytes(b"# falsifies \xff\n")
+    assert _read_text(tmp_path / "test_y.py") == "# falsifies \ufffd\n"
+
+
+def test_the_wrapper_never_writes_through_a_linked_directory(tmp_path: Path) -> None:
+    from falsify.wrapper import DIRECTORY, pin
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (root / DIRECTORY).symlink_to(tmp_path / "elsewhere")  # the directory itself a link out of the repo
+    with pytest.raises(safefile.FileLayerError, match="a symlinked directory; falsify does not follow it"):
+        pin(root)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
