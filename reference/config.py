@@ -21,6 +21,14 @@ class ConfigError(ValueError):
     """A config.json the engine cannot run; the message names the file and key."""
 
 
+def _distinct(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are distinct: readers disagree on a repeated key (Python keeps the last)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("a key appears twice in one object")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     vocab_size: int
@@ -79,7 +87,7 @@ class Config:
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: over {MAX_CONFIG_BYTES} bytes; not a config.json")
         try:
-            raw = json.loads(data.decode())
+            raw = json.loads(data.decode(), object_pairs_hook=_distinct)
         except (
             ValueError,
             RecursionError,

@@ -296,6 +296,12 @@ class TestFromFile:
             Config.from_file(self.write(tmp_path, '{"hidden_size": ' + "9" * 5000 + "}"))
         with pytest.raises(ConfigError, match=r"config\.json: not readable JSON \(maximum recursion depth"):
             Config.from_file(self.write(tmp_path, "[" * 100_000 + "]" * 100_000))
+        # A repeated key, at any depth: one reader takes the first, Python the last (issue #27).
+        for doubled in ('{"vocab_size": -1, "vocab_size": 8}', '{"rope_parameters": {"a": 1, "a": 1}}'):
+            with pytest.raises(
+                ConfigError, match=r"config\.json: not readable JSON \(a key appears twice in one object\)$"
+            ):
+                Config.from_file(self.write(tmp_path, doubled))
         (tmp_path / "dangling.json").symlink_to(tmp_path / "absent")
         with pytest.raises(ConfigError, match=r"^.*dangling\.json: no config\.json$"):
             Config.from_file(tmp_path / "dangling.json")

@@ -92,6 +92,11 @@ def test_the_bounded_reader_refuses_a_repeated_key_at_any_depth() -> None:
         boundedjson.loads(b'{"a": [{"k": 1, "k": 1}]}', what="x")
 
 
+def replace_by_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
 # -- what `falsify evidence` reads ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("name", "make", "named"),
@@ -99,7 +104,7 @@ def test_the_bounded_reader_refuses_a_repeated_key_at_any_depth() -> None:
         ("results.json", lambda p: os.mkfifo(p), "no results.json (expected the --out directory"),
         ("results.json", lambda p: p.write_bytes(DEEP), "nested deeper than 64 levels"),
         ("results.json", lambda p: p.write_bytes(b"[1]"), "not a results file (expected a JSON object)"),
-        ("junit.xml", lambda p: (p.unlink(), os.mkfifo(p)), "not a regular file (a FIFO)"),
+        ("junit.xml", lambda p: replace_by_fifo(p), "not a regular file (a FIFO)"),
     ],
     ids=["results-fifo", "results-nested", "results-list", "junit-fifo"],
 )
