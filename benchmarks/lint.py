@@ -6,13 +6,14 @@ python benchmarks/lint.py [--contracts 2000] [--repeats 3] [--out FILE]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from measure import measured, summary
+from result_json import emit
 
 from falsify.contracts.corpus import load_corpus
 
@@ -61,11 +62,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         generate(directory, args.contracts, args.predictions)
-        times = []
+        runs = []
         for _ in range(args.repeats):
-            start = time.perf_counter()
-            corpus = load_corpus([directory], mutant_universe=directory)
-            times.append(time.perf_counter() - start)
+            with measured() as m:
+                corpus = load_corpus([directory], mutant_universe=directory)
+            runs.append(m)
             assert not corpus.problems, corpus.problems[:3]
             assert len(corpus.contracts) == args.contracts
     result = {
@@ -73,18 +74,16 @@ def main() -> int:
         "contracts": args.contracts,
         "predictions": args.contracts * args.predictions,
         "repeats": args.repeats,
-        "seconds": times,
-        "median_seconds": statistics.median(times),
+        "seconds": [r.wall_s for r in runs],
+        "median_seconds": statistics.median(r.wall_s for r in runs),
+        "runs": [r.figures() for r in runs],  # wall, CPU and the load average of each repeat
+        **summary(runs),
         "target_seconds": 3.0,
         "cores": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],  # the machine is shared: read the figure against this
-        "ratio_to_target": statistics.median(times) / 3.0,
+        "ratio_to_target": statistics.median(r.wall_s for r in runs) / 3.0,
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from measure import measured
+from result_json import emit
 
 from reference.gdn import gated_delta_net
 from reference.model import Model, load_model
@@ -104,9 +106,14 @@ def main() -> int:
         "runs": {},
     }
     for kind in args.weights:
-        start = time.perf_counter()
-        model = load_model(path, kind)
-        run: dict = {"load_s": round(time.perf_counter() - start, 3), "prefill": [], "decode": []}
+        with measured() as loading:
+            model = load_model(path, kind)
+        run: dict = {
+            "load_s": round(loading.wall_s, 3),
+            "loading": loading.figures(),
+            "prefill": [],
+            "decode": [],
+        }
         prefill(model, rng.integers(0, model.config.vocab_size, 64))  # warm-up
         for length in args.lengths:
             tokens = rng.integers(0, model.config.vocab_size, length)
@@ -115,6 +122,7 @@ def main() -> int:
             t_gdn = median_time(functools.partial(gdn_layer, model, x), args.repeats)
             row = {
                 "tokens": length,
+                "load_1m": os.getloadavg()[0],  # the machine is shared: each row beside the load it ran under
                 "prefill_s": round(t_model[0], 4),
                 "prefill_cpu_s": round(t_model[1], 4),
                 "prefill_cpu_us_per_token": round(t_model[1] / length * 1e6, 1),
@@ -137,6 +145,7 @@ def main() -> int:
             run["decode"].append(
                 {
                     "context": context,
+                    "load_1m": os.getloadavg()[0],
                     "ms_per_token": round(wall, 3),
                     "cpu_ms_per_token": round(cpu, 3),
                     "tokens_per_s": round(1e3 / wall, 1),
@@ -145,11 +154,7 @@ def main() -> int:
             )
             print(kind, json.dumps(run["decode"][-1]), file=sys.stderr)
         result["runs"][kind] = run
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(result, args.out, indent=1)
 
 
 if __name__ == "__main__":

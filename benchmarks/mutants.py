@@ -10,11 +10,13 @@ python benchmarks/mutants.py [--repeats 3] [--ids ID ...] [--no-forkserver] [--o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 from pathlib import Path
+
+from measure import measured
+from result_json import emit
 
 from falsify.mutation.semantic.runner import MutantOutcome, Runner, Settings, load
 from falsify.mutation.semantic.scratch import Scratch
@@ -43,19 +45,21 @@ def main() -> int:
     runner = Runner(project, corpus, Settings(engine=args.engine, jobs=1), progress=lambda line: None)
     per: dict[str, dict[str, list[float]]] = {m.id: {"wall": [], "cpu": []} for m in mutants}
     outcomes: dict[str, str] = {}
-    with Scratch(project.root) as scratch:
+    with measured() as total, Scratch(project.root) as scratch:
         forkserver = args.forkserver and scratch.start_forkserver()  # as `falsify mutants` runs them
-        control = runner.control = runner.run_control(scratch, mutants)
+        with measured() as control_cost:
+            control = runner.control = runner.run_control(scratch, mutants)
         if not control.ok:
             print(control.detail, file=sys.stderr)
             return 1
-        for _ in range(args.repeats):
-            for m in mutants:
-                result = runner.run_mutant(scratch, m, timeout=max(120.0, 5 * control.seconds))
-                outcomes[m.id] = str(result.outcome)
-                per[m.id]["wall"].append(result.seconds)
-                if result.cpu is not None:
-                    per[m.id]["cpu"].append(result.cpu)
+        with measured() as mutants_cost:
+            for _ in range(args.repeats):
+                for m in mutants:
+                    result = runner.run_mutant(scratch, m, timeout=max(120.0, 5 * control.seconds))
+                    outcomes[m.id] = str(result.outcome)
+                    per[m.id]["wall"].append(result.seconds)
+                    if result.cpu is not None:
+                        per[m.id]["cpu"].append(result.cpu)
     medians = {
         mid: {"wall": statistics.median(t["wall"]), "cpu": statistics.median(t["cpu"]) if t["cpu"] else None}
         for mid, t in per.items()
@@ -67,6 +71,12 @@ def main() -> int:
         "mutants": len(mutants),
         "repeats": args.repeats,
         "control_seconds": control.seconds,
+        # Wall, CPU and load: of the control alone, of every mutant run of every repeat, and of everything. Runs
+        # forked from the forkserver are its children, not ours: their CPU is counted in `total` only (when the
+        # forkserver exits), so with it the parts' cpu_s is None.
+        "control": {**control_cost.figures(), **({"cpu_s": None} if forkserver else {})},
+        "all_mutant_runs": {**mutants_cost.figures(), **({"cpu_s": None} if forkserver else {})},
+        "total": total.figures(),
         "forkserver": forkserver,
         "per_mutant": {
             mid: {
@@ -87,11 +97,7 @@ def main() -> int:
         "cores": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0],  # the machine is shared: read the wall figures against this
     }
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return emit(summary, args.out)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import importlib.util
-import json
 import os
 import statistics
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from result_json import emit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,16 +39,28 @@ def version(package: str) -> str | None:
         return None
 
 
-def medians(contenders: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each contender, run round-robin `repeats` times after one warm-up call each."""
+CPU: dict[
+    str, dict[str, float]
+] = {}  # per table ("quantize", "matvec", "matmul"): contender -> median CPU seconds
+LOADS: list[float] = []  # the 1-minute load average around each table
+
+
+def medians(contenders: dict[str, Callable[[], object]], repeats: int, table: str) -> dict[str, float]:
+    """Median wall seconds of each contender, run round-robin `repeats` times after one warm-up call each; the
+    median CPU seconds go to CPU[table], the load average before and after to LOADS."""
     for fn in contenders.values():
         fn()
     times: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    LOADS.append(os.getloadavg()[0])
     for _ in range(repeats):
         for name, fn in contenders.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    LOADS.append(os.getloadavg()[0])
+    CPU[table] = {name: statistics.median(cs) for name, cs in cpu.items()}
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
@@ -81,7 +93,7 @@ def main() -> int:
     quant: dict[str, Callable[[], object]] = {"ours": lambda: Q4_K.quantize(W)}
     if lib is not None:
         quant["c_ref"] = lambda: cases.c_quantize(lib, W.reshape(-1, 256))
-    t_quant = medians(quant, args.quant_repeats)
+    t_quant = medians(quant, args.quant_repeats, "quantize")
 
     # Writeable memory numpy does not own: never cached, so unpacked tile by tile on every call.
     q_cold = np.frombuffer(bytearray(q.tobytes()), np.uint8).reshape(q.shape)
@@ -103,8 +115,8 @@ def main() -> int:
 
         mv["gguf_dequantize_matmul"] = lambda: gguf_deq() @ x
         mm["gguf_dequantize_matmul"] = lambda: X @ gguf_deq().T
-    t_mv = medians(mv, args.repeats)
-    t_mm = medians(mm, args.repeats)
+    t_mv = medians(mv, args.repeats, "matvec")
+    t_mm = medians(mm, args.repeats, "matmul")
 
     ratios: dict[str, float] = {
         "matvec_over_dense_f32": t_mv["ours"] / t_mv["dense_f32"],
@@ -135,6 +147,8 @@ def main() -> int:
         "matmul_batch": args.batch,
         "repeats": {"quantize": args.quant_repeats, "matvec_matmul": args.repeats},
         "median_seconds": {"quantize": t_quant, "matvec": t_mv, "matmul": t_mm},
+        "median_cpu_seconds": CPU,  # process CPU (user + system): BLAS threads included
+        "load_1m_range": [min(LOADS), max(LOADS)],  # around the timed runs
         "ratios": ratios,
         "targets": targets,
         "env": {
@@ -146,11 +160,7 @@ def main() -> int:
             "loadavg_1min": os.getloadavg()[0],
         },
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy is imported
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
-import json
 import platform
 import statistics
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from result_json import emit
 
 from falsify.harness.instruments import CountingModel
 from reference.lanes import LaneHost
@@ -74,13 +74,13 @@ def one_run(model: Any, length: int, chunk_cap: int, unit: int) -> dict[str, flo
         host.round()
     before = {s: len(host.tokens(s)) for s in others}
     start_call = len(clock.calls)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     new = host.submit(rng.integers(0, model.config.vocab_size, length).tolist(), 2)
     rounds = 0
     while not host.tokens(new):
         host.round()
         rounds += 1
-    ttft_ms = 1e3 * (time.perf_counter() - t0)
+    ttft_ms, ttft_cpu_ms = 1e3 * (time.perf_counter() - t0), 1e3 * (time.process_time() - c0)
     host.round()  # the decoding streams' next tokens: the gap that spans the last (or only) prefill chunk
     new_stream = (
         2  # streams are numbered in the order of their first forward: the two others, then the new one
@@ -106,6 +106,8 @@ def one_run(model: Any, length: int, chunk_cap: int, unit: int) -> dict[str, flo
         "max_gap_chunks": gap_tokens / unit,
         "ttft_rounds": rounds,
         "ttft_ms": ttft_ms,
+        "ttft_cpu_ms": ttft_cpu_ms,
+        "load_1m": os.getloadavg()[0],  # the machine is shared: each run beside the load it ran under
     }
 
 
@@ -161,11 +163,7 @@ def main() -> int:
         "rows": rows,
         "max_gap_chunks_stepped": max(r["stepped"]["max_gap_chunks"] for r in rows),
     }
-    text = json.dumps(report, indent=2)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
-    return 0
+    return emit(report, args.out)
 
 
 if __name__ == "__main__":
