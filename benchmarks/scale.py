@@ -106,7 +106,8 @@ class Clock:
                 stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)
             except (OSError, IndexError, ValueError):
                 continue
-        mine = set(self.roots) | set(own_processes(self.temp) if self.temp else [])
+        # by command line only (open files are not read 10 times a second): Ray's small agents are missed
+        mine = set(self.roots) | set(own_processes(self.temp, open_files=False) if self.temp else [])
         grew = True
         while grew:  # every descendant of a watched process
             more = {pid for pid, (ppid, _) in stats.items() if ppid in mine} - mine

@@ -50,17 +50,23 @@ for i, pid in executors.ray_tasks(task, [(i,) for i in range(n)], project, addre
 """
 
 
-def own_processes(marker: str) -> list[int]:
-    """Pids of the processes whose command line names `marker` (this cluster's own temp/session directory)."""
+def own_processes(marker: str, open_files: bool = True) -> list[int]:
+    """Pids of the processes that name `marker` (this cluster's own temp/session directory) in their command line
+    or hold a file under it open: Ray's dashboard and runtime-env agents rename their command line
+    (`ray::DashboardAgent`) but keep their logs there open."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
+                    named = marker.encode() in f.read()
+                if not named and open_files:
+                    fds = f"/proc/{entry}/fd"
+                    named = any(marker in os.readlink(f"{fds}/{fd}") for fd in os.listdir(fds))
             except OSError:
                 continue
+            if named:
+                found.append(int(entry))
     return found
 
 
