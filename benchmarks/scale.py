@@ -182,7 +182,18 @@ def mutants(
 ) -> dict[str, Any]:
     clock = Clock(temp)
     proc = subprocess.Popen(
-        [str(BIN / "python"), "-m", "falsify.cli", "mutants", "--engine", engine, *extra, *ids],
+        # --fresh-control: every figure runs its own control (a stored one would be reused from the second on)
+        [
+            str(BIN / "python"),
+            "-m",
+            "falsify.cli",
+            "mutants",
+            "--engine",
+            engine,
+            "--fresh-control",
+            *extra,
+            *ids,
+        ],
         cwd=project,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -286,7 +297,14 @@ def main() -> int:
     if not args.in_netns:
         return subprocess.call(["unshare", "-n", sys.executable, __file__, "--in-netns", *sys.argv[1:]])
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    work = Path(tempfile.mkdtemp(prefix="falsify-scale-bench-")) / "project"
+    base = Path(tempfile.mkdtemp(prefix="falsify-scale-bench-"))
+    try:
+        return measure(args, base / "project")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> int:
     shutil.copytree(args.project, work, ignore=shutil.ignore_patterns("__pycache__", ".falsify", ".tox"))
     if args.repeat > 1:
         repeat(work, args.repeat)
