@@ -274,6 +274,9 @@ def test_the_openai_engine_reads_what_the_server_sends(server: Any) -> None:
 
     engine = OpenAIEngine(f"openai+http://127.0.0.1:{server.server_address[1]}")
     assert engine.model == "reference-tiny" and engine.supports("openai") is None
+    assert engine.text_prompts is None  # the reference takes token-id prompts, as the OpenAI API does
+    assert engine.body([3, 4], 2, stream=True)["stream_options"] == {"include_usage": True}
+    assert "stream_options" not in engine.body([3, 4], 2)
     whole = engine.complete(PROMPT, 5, logprobs=1)
     streamed = engine.complete(PROMPT, 5, logprobs=1, stream=True)
     assert whole.token_ids == streamed.token_ids and len(whole.token_ids or ()) == 5
@@ -290,6 +293,20 @@ def test_the_openai_engine_reads_what_the_server_sends(server: Any) -> None:
     assert parallel and "parallel slots" in detail  # the fixture's server has 2 slots
     assert engine.supports("parallel_slots") is None and engine.supports("one_slot") == f"measured: {detail}"
     assert "not 'lanes'" in str(engine.supports("lanes"))
+
+
+def test_a_server_that_refuses_token_ids_gets_text_prompts() -> None:
+    """llama_cpp.server 0.3.36 refuses a token-array prompt: the engine then sends one ASCII letter per id (checked
+    against that server in tests/test_real_servers.py)."""
+    from falsify.engines.adapters.openai import OpenAIEngine, text_prompt
+
+    assert text_prompt([0, 1, 25, 26, 259, 511]) == "abzazr"
+    engine = object.__new__(OpenAIEngine)
+    engine.model, engine.text_prompts = "m", "refused"
+    assert engine.body([0, 1, 25], 4)["prompt"] == "abz"
+    assert engine.body("as it is", 4)["prompt"] == "as it is"
+    engine.text_prompts = None
+    assert engine.body([0, 1, 25], 4)["prompt"] == [0, 1, 25]
 
 
 @pytest.mark.parametrize(

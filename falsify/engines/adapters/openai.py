@@ -58,6 +58,9 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 START_TIMEOUT = 120.0  # seconds a started server has to answer /v1/models
 GET_TIMEOUT = 30.0
 CONCURRENCY_TOKENS = 1000
+CONCURRENCY_MIN_TOKENS = (
+    100  # a shorter stream (it met an end-of-text token) does not outlast a one-token request
+)
 
 
 def probe_prompt(seed: int, n: int, low: int = 259, high: int = 512) -> list[int]:
@@ -67,6 +70,13 @@ def probe_prompt(seed: int, n: int, low: int = 259, high: int = 512) -> list[int
 
     rng = random.Random(seed)
     return [rng.randrange(low, high) for _ in range(n)]
+
+
+def text_prompt(ids: list[int]) -> str:
+    """A token-id prompt as text for a server that takes no ids: one ASCII letter per id (a byte-level vocabulary,
+    such as the tiny model's, reads it as one token per id; a real model's tokenizer merges letters, so the prompt
+    is shorter in tokens there)."""
+    return "".join(chr(ord("a") + t % 26) for t in ids)
 
 
 class Stream:
@@ -153,6 +163,8 @@ class OpenAIEngine:
                 )
             self.host, self.port = url.hostname, port_
         self.model = model or os.environ.get(MODEL_ENV) or self._first_model()
+        self.text_prompts: str | None = None
+        self._probe_token_prompts()
 
     def supports(self, capability: str) -> str | None:
         if capability == "openai":
@@ -172,33 +184,46 @@ class OpenAIEngine:
         """Whether the server runs two requests at once, measured once: a one-token request sent after a long
         stream's first token either ends long before that stream (parallel slots: in under half the stream's
         remaining time) or waits for it (one slot)."""
-        if self._concurrency is None:
-            long = self.open_stream(probe_prompt(1, 8), CONCURRENCY_TOKENS)
-            long.next_token()
-            t0 = time.perf_counter()
-            done: list[float] = []
+        # A stream that ends early (an end-of-text token) measures nothing: then another prompt, up to 5.
+        for seed in range(1, 6):
+            if self._concurrency is not None:
+                return self._concurrency
+            self._concurrency = self._measure_concurrency(seed)
+        if self._concurrency is not None:
+            return self._concurrency
+        raise OpenAIError(
+            f"engine {self.spec!r}: 5 streams of max_tokens {CONCURRENCY_TOKENS} each ended before "
+            f"{CONCURRENCY_MIN_TOKENS} tokens: whether the server runs two requests at once is not measured"
+        )
 
-            def short() -> None:
-                self.complete(probe_prompt(2, 8), 1)
-                done.append(time.perf_counter() - t0)
+    def _measure_concurrency(self, seed: int) -> tuple[bool, str] | None:
+        long = self.open_stream(probe_prompt(seed, 8), CONCURRENCY_TOKENS)
+        long.next_token()
+        t0 = time.perf_counter()
+        done: list[float] = []
 
-            waiter = threading.Thread(target=short)
-            waiter.start()
-            while long.next_token():
-                pass
-            long_end = time.perf_counter() - t0
-            long.close()
-            waiter.join(REQUEST_TIMEOUT)
-            # One slot: the short request waits for the stream, so both end together (ratio near 1); parallel
-            # slots: it ends while the stream still has most of its tokens to go (ratio near 0).
-            parallel = bool(done) and done[0] < 0.5 * long_end
-            detail = (
-                f"a one-token request sent after a {CONCURRENCY_TOKENS}-token stream's first token took "
-                f"{done[0] if done else float('nan'):.3f} s, the stream's rest {long_end:.3f} s: "
-                f"{'parallel slots' if parallel else 'one slot'} (parallel when under half)"
-            )
-            self._concurrency = (parallel, detail)
-        return self._concurrency
+        def short() -> None:
+            self.complete(probe_prompt(2, 8), 1)
+            done.append(time.perf_counter() - t0)
+
+        waiter = threading.Thread(target=short)
+        waiter.start()
+        while long.next_token():
+            pass
+        long_end = time.perf_counter() - t0
+        long.close()
+        waiter.join(REQUEST_TIMEOUT)
+        if long.tokens < CONCURRENCY_MIN_TOKENS:
+            return None
+        # One slot: the short request waits for the stream, so both end together (ratio near 1); parallel
+        # slots: it ends while the stream still has most of its tokens to go (ratio near 0).
+        parallel = bool(done) and done[0] < 0.5 * long_end
+        detail = (
+            f"a one-token request sent after a {long.tokens}-token stream's first token took "
+            f"{done[0] if done else float('nan'):.3f} s, the stream's rest {long_end:.3f} s: "
+            f"{'parallel slots' if parallel else 'one slot'} (parallel when under half)"
+        )
+        return parallel, detail
 
     def close(self) -> None:
         """Stop the server this engine started (by its PID), if any."""
@@ -253,6 +278,30 @@ class OpenAIEngine:
                 f"engine {self.spec!r}: /v1/models answered {status} without a model id: {body[:200]!r}"
             ) from None
 
+    def _probe_token_prompts(self) -> None:
+        """The OpenAI API takes a prompt as an array of token ids; a server that refuses one (llama_cpp.server
+        0.3.36 declares `prompt: str | list[str]`) gets every prompt as text instead, one ASCII letter per id
+        (`text_prompt`), and `text_prompts` says why. Measured once: a one-token request with a token-id prompt."""
+        conn = self._conn(min(60.0, self.timeout))
+        try:
+            with _reading("POST /v1/completions", min(60.0, self.timeout)):
+                conn.request(
+                    "POST",
+                    "/v1/completions",
+                    json.dumps(self.body(probe_prompt(3, 8), 1)),
+                    {"Content-Type": "application/json"},
+                )
+                response = conn.getresponse()
+                answer = _body(response, "POST /v1/completions")
+        finally:
+            conn.close()
+        if response.status != 200:
+            self.text_prompts = (
+                f"the server refused a token-id prompt (POST /v1/completions answered {response.status}: "
+                f"{answer[:120]!r}); prompts go as text, one ASCII letter per token id"
+            )
+            print(f"falsify: engine {self.spec!r}: {self.text_prompts}", file=sys.stderr)
+
     def body(
         self,
         prompt: list[int] | str,
@@ -278,9 +327,12 @@ class OpenAIEngine:
             if logprobs:
                 body |= {"logprobs": True, "top_logprobs": logprobs}
         else:
-            body["prompt"] = prompt
+            body["prompt"] = text_prompt(prompt) if self.text_prompts and isinstance(prompt, list) else prompt
             if logprobs:
                 body["logprobs"] = logprobs
+        if stream:
+            # the OpenAI API sends usage in a stream only when asked (a last chunk with empty choices)
+            body["stream_options"] = {"include_usage": True}
         if seed is not None:
             body["seed"] = seed
         if stop:

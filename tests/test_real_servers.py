@@ -1,0 +1,321 @@
+"""The openai-serving pack on real servers: llama.cpp's llama-server (built by tests/servers/build_llama_server.py
+from the llama.cpp vendored in the llama-cpp-python 0.3.36 sdist) with one slot and with four, and llama-cpp-python's
+own `llama_cpp.server`, each serving the reference tiny model's f32 GGUF. The gate's verdicts and the numbers
+behind them are pinned, so an upgrade that changes a finding is noticed (docs/findings.md, docs/openai-serving.md).
+
+tox -e servers (marker servers; skipped where llama_cpp.server is not installed). Every server listens on a free
+127.0.0.1 port, in a process group of its own, stopped by that group's id (the PID this test started).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("llama_cpp.server")
+
+from falsify.engines.adapters.llamacpp import tiny_gguf
+
+pytestmark = pytest.mark.servers
+ROOT = Path(__file__).resolve().parents[1]
+THREADS = "1"  # as the llamacpp engine runs llama.cpp: one thread, on a shared 2-core machine
+
+
+def _builder() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "build_llama_server", ROOT / "tests" / "servers" / "build_llama_server.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def command(server: str, slots: int, port: int, gguf: Path) -> list[str]:
+    if server == "llama-server":
+        binary, _ = _builder().build(quiet=True)
+        # -c is shared by the slots: 8192 tokens each (the pack's longest prompt is 4000).
+        return [
+            str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-np", str(slots),
+            "-c", str(8192 * slots), "-t", THREADS, "-tb", THREADS, "--metrics",
+        ]  # fmt: skip
+    assert slots == 1, "llama_cpp.server runs one request at a time"
+    return [
+        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+        "--n_ctx", "8192", "--n_threads", THREADS, "--n_threads_batch", THREADS, "--verbose", "False",
+    ]  # fmt: skip
+
+
+class Server:
+    """A server in a process group of its own on a free loopback port, its output in a log file."""
+
+    def __init__(self, argv: list[str], port: int, log: Path) -> None:
+        self.port, self.log = port, log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as reply:
+                    if json.loads(reply.read())["data"]:
+                        return
+            except (OSError, ValueError, KeyError):
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(
+                    f"{argv[0]} did not answer /v1/models: {log.read_text(errors='replace')[-2000:]}"
+                )
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the group this test started, by its id
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(20)
+
+
+OUTCOME = re.compile(r"^(FALSIFY-OAI-\d{3})\s+\S+\s+(PASS|FAIL|ERROR|NOT RUN|NOT APPLICABLE)", re.M)
+
+
+def gate(server: str, slots: int, tmp: Path) -> dict[str, Any]:
+    """`falsify gate --pack openai-serving` against the server; its verdicts, and each test's observations."""
+    port = free_port()
+    srv = Server(command(server, slots, port, tiny_gguf("f32")), port, tmp / "server.log")
+    try:
+        env = os.environ.copy() | {"PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}
+        cmd = [sys.executable, "-m", "falsify.cli", "gate", "--pack", "openai-serving"]
+        cmd += ["--engine", f"openai+http://127.0.0.1:{port}", "--out", str(tmp / "gate")]
+        start = time.monotonic()
+        proc = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False
+        )
+        seconds = time.monotonic() - start
+    finally:
+        srv.stop()
+    (tmp / "gate.out").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    found = tmp / "gate" / "results.json"
+    assert found.is_file(), (
+        f"the gate wrote no results (exit {proc.returncode}): {(proc.stdout + proc.stderr)[-3000:]}"
+    )
+    results = json.loads(found.read_text(encoding="utf-8"))
+    return {
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+        "returncode": proc.returncode,
+        "outcomes": dict(OUTCOME.findall(proc.stdout)),
+        "tests": results.get("tests", {}),
+        "seconds": seconds,
+        "load": os.getloadavg(),
+    }
+
+
+def observed(run: dict[str, Any], prediction: str) -> dict[str, dict[str, Any]]:
+    """Per test node: the values the prediction's last check saw (its failed check's, when one failed)."""
+    out = {}
+    for nid, record in run["tests"].items():
+        ob = record.get("observations", {}).get(prediction)
+        if ob:
+            out[nid.split("::")[-1]] = ob.get("failed_values") or ob.get("last_values")
+        elif prediction in record.get("predictions", []):
+            out[nid.split("::")[-1]] = {
+                "outcome": record.get("outcome"),
+                "message": record.get("message", "")[:300],
+            }
+    return out
+
+
+RUNS: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def run_of(server: str, slots: int, factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The gate on this server, run once per session; every verdict and observation printed for the log."""
+    if (server, slots) not in RUNS:
+        result = gate(server, slots, factory.mktemp(f"{server}-{slots}"))
+        print(
+            f"\n{server} -np {slots}: gate exit {result['returncode']} in {result['seconds']:.0f} s, load {result['load']}"
+        )
+        for pid in sorted(result["outcomes"]):
+            print(f"  {pid} {result['outcomes'][pid]}")
+            for test, values in observed(result, pid).items():
+                print(f"      {test}: {json.dumps(values)[:500]}")
+        RUNS[server, slots] = result
+    return RUNS[server, slots]
+
+
+def values(run: dict[str, Any], prediction: str, test: str) -> dict[str, Any]:
+    seen = observed(run, prediction)
+    assert test in seen, (test, sorted(seen))
+    return seen[test]
+
+
+def verdicts(run: dict[str, Any]) -> dict[str, str]:
+    return {pid.removeprefix("FALSIFY-"): v for pid, v in run["outcomes"].items()}
+
+
+# -- llama_cpp.server (llama-cpp-python 0.3.36), one request at a time -------------------------------------------------
+def test_llama_cpp_server_findings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """llama_cpp.server refuses a token-id prompt (its CreateCompletionRequest.prompt is `str | list[str]`, where
+    the OpenAI API also takes token arrays): the engine sends each prompt as text (one ASCII letter per id, one
+    byte token each in the tiny model's vocabulary). Findings:
+    - OAI-003 FAIL: a client that hangs up during a 4000-token prompt does not free the server: the prompt is
+      evaluated in one call on a worker thread and the disconnect is seen only at the first streamed chunk.
+    - OAI-004 FAIL: max_tokens 7 gives 11 tokens (finish_reason "length"): llama.py's `_create_completion`
+      `continue`s while a multi-byte UTF-8 character is incomplete, which skips its `len(completion_tokens) >=
+      max_tokens` check; usage agrees (11), so the client is billed for the overrun.
+    - OAI-006 FAIL streamed: with a stop string, the streamed text loses the multi-byte characters the whole
+      reply keeps ('А', U+0410).
+    - OAI-005 NOT APPLICABLE streamed: no usage in a stream, even with stream_options.include_usage.
+    - OAI-001 PASS (the stream path checks is_disconnected per chunk), OAI-007, OAI-009, OAI-010 PASS."""
+    run = run_of("llama_cpp.server", 1, tmp_path_factory)
+    assert run["returncode"] == 1, run["stdout"][-3000:]  # the gate is red: FAILs are the findings
+    oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
+    assert oai == {
+        "OAI-001": "PASS",
+        "OAI-002": "NOT APPLICABLE",  # no /metrics
+        "OAI-003": "FAIL",
+        "OAI-004": "FAIL",
+        "OAI-005": "PASS",
+        "OAI-006": "FAIL",
+        "OAI-007": "PASS",
+        "OAI-008": "NOT APPLICABLE",  # one slot, measured
+        "OAI-009": "PASS",
+        "OAI-010": "PASS",
+    }, run["stdout"][-3000:]
+    assert "refused a token-id prompt" in run["stdout"] + run["stderr"], "the text fallback is said"
+    for k in (1, 5):  # the hung-up stream stops: the probe waited for a few per-token times at most
+        assert (
+            values(run, "FALSIFY-OAI-001", f"test_a_stream_hung_up_after_k_tokens_frees_the_slot[{k}]")[
+                "extra_tokens"
+            ]
+            <= 32
+        )
+    prefill = values(run, "FALSIFY-OAI-003", "test_a_client_hung_up_during_prompt_processing_frees_the_slot")
+    assert prefill["late_fraction"] > 0.5, prefill
+    overrun = values(run, "FALSIFY-OAI-004", "test_max_tokens_is_exact[7-False]")
+    assert overrun["finish_reason"] == "length" and overrun["n_tokens"] > 7, overrun
+    assert "" in overrun["tokens"][7:], "the overrun tokens include a piece of an incomplete UTF-8 character"
+    for stream in (False, True):  # both paths share _create_completion
+        assert values(run, "FALSIFY-OAI-004", f"test_max_tokens_is_exact[7-{stream}]")["n_tokens"] > 7
+    usage = values(run, "FALSIFY-OAI-005", "test_usage_counts_the_reply[max_tokens 7-False]")
+    assert usage["completion_tokens"] == usage["n_tokens"] > 7, usage  # usage bills the overrun
+    for case in ("max_tokens 7", "max_tokens 24", "stop"):
+        assert (
+            "no usage"
+            in values(run, "FALSIFY-OAI-005", f"test_usage_counts_the_reply[{case}-True]")["message"]
+        )
+    stopped = values(run, "FALSIFY-OAI-006", "test_a_stop_string_ends_the_reply_and_is_not_sent[2-True]")
+    assert stopped["finish_reason"] == "stop" and stopped["text"] != stopped["expected_text"], stopped
+    assert stopped["text"] == "".join(ch for ch in stopped["expected_text"] if ord(ch) < 0x80), stopped
+    for nth in (0, 2, 5):  # the whole reply is right
+        assert (
+            values(run, "FALSIFY-OAI-006", f"test_a_stop_string_ends_the_reply_and_is_not_sent[{nth}-False]")[
+                "text"
+            ]
+            == values(
+                run, "FALSIFY-OAI-006", f"test_a_stop_string_ends_the_reply_and_is_not_sent[{nth}-False]"
+            )["expected_text"]
+        )
+    for shared in (8, 40):
+        reuse = values(run, "FALSIFY-OAI-009", f"test_a_reused_prefix_gives_the_fresh_reply[{shared}]")
+        assert reuse["fresh_tokens"] == reuse["reused_tokens"] and reuse["reuse_logprob_gap"] == 0.0, reuse
+
+
+# -- llama.cpp's llama-server (vendored in llama-cpp-python 0.3.36), 1 slot and 4 ------------------------------------
+LLAMA_SERVER_SHARED = {
+    "OAI-004": "FAIL",
+    "OAI-005": "FAIL",
+    "OAI-006": "PASS",
+    "OAI-007": "FAIL",
+    "OAI-009": "PASS",
+    "OAI-010": "PASS",
+}
+
+
+def check_llama_server_shared(run: dict[str, Any]) -> None:
+    """What llama-server does with 1 slot and with 4 alike. A token whose text ends inside a multi-byte UTF-8
+    character gets no logprob entry: server-context.cpp calls `slot.add_token(result)` (which keeps the entry)
+    only when the generated text is not `incomplete`, in the stream and the whole reply alike. The client, which
+    counts a reply's tokens by its logprob entries where no ids come back, counts fewer than max_tokens
+    (OAI-004) and fewer than usage.completion_tokens says (OAI-005); the stream and the whole reply differ where
+    the reply ends inside such a character (the whole reply sends U+FFFD, the stream nothing: OAI-007)."""
+    exact = values(run, "FALSIFY-OAI-004", "test_max_tokens_is_exact[24-False]")
+    assert exact["finish_reason"] == "length" and exact["n_tokens"] < 24, exact
+    for stream in (False, True):
+        usage = values(run, "FALSIFY-OAI-005", f"test_usage_counts_the_reply[max_tokens 24-{stream}]")
+        assert usage["completion_tokens"] == 24 > usage["n_tokens"], usage  # the server generated max_tokens
+        short = values(run, "FALSIFY-OAI-004", f"test_max_tokens_is_exact[1-{stream}]")
+        assert short["n_tokens"] == 1 and short["finish_reason"] == "length", short
+    whole = values(run, "FALSIFY-OAI-007", "test_stream_and_whole_replies_agree[False-False]")
+    assert whole["whole_text"] == whole["stream_text"] + "\ufffd", whole
+    for shared in (8, 40):  # prefix reuse: the same tokens and bitwise the same logprobs
+        reuse = values(run, "FALSIFY-OAI-009", f"test_a_reused_prefix_gives_the_fresh_reply[{shared}]")
+        assert reuse["fresh_tokens"] == reuse["reused_tokens"] and reuse["reuse_logprob_gap"] == 0.0, reuse
+
+
+def test_llama_server_one_slot_findings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """-np 1. A stream hung up after k tokens stops at once (OAI-001: the probe is no slower than on the idle
+    server; the server's own counter rose by a few tokens, OAI-002); a client that hangs up during a 4000-token
+    prompt does not free the slot until most of the prompt is processed (OAI-003 FAIL)."""
+    run = run_of("llama-server", 1, tmp_path_factory)
+    assert run["returncode"] == 1, run["stdout"][-3000:]
+    oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
+    assert oai == LLAMA_SERVER_SHARED | {
+        "OAI-001": "PASS",
+        "OAI-002": "PASS",
+        "OAI-003": "FAIL",
+        "OAI-008": "NOT APPLICABLE",  # one slot, measured
+    }, run["stdout"][-3000:]
+    check_llama_server_shared(run)
+    for k in (1, 5):
+        hung = values(run, "FALSIFY-OAI-001", f"test_a_stream_hung_up_after_k_tokens_frees_the_slot[{k}]")
+        counter = values(
+            run, "FALSIFY-OAI-002", f"test_the_servers_counter_agrees_that_a_hung_up_stream_stopped[{k}]"
+        )
+        assert hung["extra_tokens"] <= 32 and counter["reported_extra_tokens"] <= 32, (hung, counter)
+    prefill = values(run, "FALSIFY-OAI-003", "test_a_client_hung_up_during_prompt_processing_frees_the_slot")
+    assert prefill["late_fraction"] > 0.5, prefill
+
+
+def test_llama_server_four_slots_findings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """-np 4: batch invariance holds (OAI-008: the same tokens and bitwise the same logprobs alone and beside 1 or
+    3 decoding requests); the disconnect predictions need one slot (NOT APPLICABLE, measured)."""
+    run = run_of("llama-server", 4, tmp_path_factory)
+    assert run["returncode"] == 1, run["stdout"][-3000:]
+    oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
+    assert oai == LLAMA_SERVER_SHARED | {
+        "OAI-001": "NOT APPLICABLE",
+        "OAI-002": "NOT APPLICABLE",
+        "OAI-003": "NOT APPLICABLE",
+        "OAI-008": "PASS",
+    }, run["stdout"][-3000:]
+    check_llama_server_shared(run)
+    for k in (1, 3):
+        batched = values(
+            run, "FALSIFY-OAI-008", f"test_a_request_gives_the_same_reply_alone_and_batched[{k}]"
+        )
+        assert batched["alone_tokens"] == batched["batched_tokens"] and batched["logprob_gap"] == 0.0, batched
