@@ -59,9 +59,14 @@ def command(server: str, slots: int, port: int, gguf: Path) -> list[str]:
             "-c", str(8192 * slots), "-t", THREADS, "-tb", THREADS, "--metrics",
         ]  # fmt: skip
     assert slots == 1, "llama_cpp.server runs one request at a time"
+    # --interrupt_requests False: by default a request that queues for the model ends the stream running on it (by
+    # design, app.py), so the harness's concurrency measure, a one-token request sent during a long stream, cut
+    # that stream short every time (and once hung the server with both connections open). Off, it is a plain
+    # one-request-at-a-time server, which the one-slot predictions are about.
     return [
         sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "--n_ctx", "8192", "--n_threads", THREADS, "--n_threads_batch", THREADS, "--verbose", "False",
+        "--interrupt_requests", "False",
     ]  # fmt: skip
 
 
@@ -251,7 +256,6 @@ LLAMA_SERVER_SHARED = {
     "OAI-005": "FAIL",
     "OAI-006": "PASS",
     "OAI-007": "FAIL",
-    "OAI-009": "PASS",
     "OAI-010": "PASS",
 }
 
@@ -272,31 +276,46 @@ def check_llama_server_shared(run: dict[str, Any]) -> None:
         assert short["n_tokens"] == 1 and short["finish_reason"] == "length", short
     whole = values(run, "FALSIFY-OAI-007", "test_stream_and_whole_replies_agree[False-False]")
     assert whole["whole_text"] == whole["stream_text"] + "\ufffd", whole
-    for shared in (8, 40):  # prefix reuse: the same tokens and bitwise the same logprobs
-        reuse = values(run, "FALSIFY-OAI-009", f"test_a_reused_prefix_gives_the_fresh_reply[{shared}]")
-        assert reuse["fresh_tokens"] == reuse["reused_tokens"] and reuse["reuse_logprob_gap"] == 0.0, reuse
+    reuse = values(run, "FALSIFY-OAI-009", "test_a_reused_prefix_gives_the_fresh_reply[8]")
+    assert reuse["fresh_tokens"] == reuse["reused_tokens"] and reuse["reuse_logprob_gap"] == 0.0, reuse
 
 
 def test_llama_server_one_slot_findings(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """-np 1. A stream hung up after k tokens stops at once (OAI-001: the probe is no slower than on the idle
-    server; the server's own counter rose by a few tokens, OAI-002); a client that hangs up during a 4000-token
-    prompt does not free the slot until most of the prompt is processed (OAI-003 FAIL)."""
+    """-np 1. A stream hung up after k tokens frees the slot (OAI-001: the probe is no slower than on the idle
+    server); a client that hangs up during a 4000-token prompt does not free the slot until most of the prompt is
+    processed (OAI-003 FAIL); after a request sharing 40 tokens of its prompt, a prompt's reply differs from the
+    fresh one (OAI-009 FAIL: the prompt cache's reuse is not exact for this hybrid recurrent model; with 8 shared
+    tokens it is). OAI-002 is not pinned: the server's own counter rose 3 and 9 tokens past the hang-up in one run
+    and 313 and 25 in another, both at load 7-10 (docs/findings.md: the bound in tokens is not yet derived from
+    what the server can decode while it notices the hang-up)."""
     run = run_of("llama-server", 1, tmp_path_factory)
     assert run["returncode"] == 1, run["stdout"][-3000:]
     oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
+    assert oai.pop("OAI-002") in ("PASS", "FAIL"), run["stdout"][-3000:]  # measured, printed, not pinned
     assert oai == LLAMA_SERVER_SHARED | {
         "OAI-001": "PASS",
-        "OAI-002": "PASS",
         "OAI-003": "FAIL",
         "OAI-008": "NOT APPLICABLE",  # one slot, measured
+        "OAI-009": "FAIL",
     }, run["stdout"][-3000:]
     check_llama_server_shared(run)
     for k in (1, 5):
         hung = values(run, "FALSIFY-OAI-001", f"test_a_stream_hung_up_after_k_tokens_frees_the_slot[{k}]")
+        assert hung["extra_tokens"] <= 32, hung
         counter = values(
             run, "FALSIFY-OAI-002", f"test_the_servers_counter_agrees_that_a_hung_up_stream_stopped[{k}]"
         )
-        assert hung["extra_tokens"] <= 32 and counter["reported_extra_tokens"] <= 32, (hung, counter)
+        print(
+            f"llama-server -np 1, k = {k}: its counter rose {counter['reported_extra_tokens']} tokens past the hang-up"
+        )
+    reuse = values(run, "FALSIFY-OAI-009", "test_a_reused_prefix_gives_the_fresh_reply[40]")
+    assert reuse["fresh_tokens"] != reuse["reused_tokens"], reuse
+    first = next(
+        i
+        for i, (a, b) in enumerate(zip(reuse["fresh_tokens"], reuse["reused_tokens"], strict=False))
+        if a != b
+    )
+    print(f"llama-server -np 1, 40 shared tokens: the reply differs from the fresh one at token {first}")
     prefill = values(run, "FALSIFY-OAI-003", "test_a_client_hung_up_during_prompt_processing_frees_the_slot")
     assert prefill["late_fraction"] > 0.5, prefill
 
@@ -312,6 +331,7 @@ def test_llama_server_four_slots_findings(tmp_path_factory: pytest.TempPathFacto
         "OAI-002": "NOT APPLICABLE",
         "OAI-003": "NOT APPLICABLE",
         "OAI-008": "PASS",
+        "OAI-009": "PASS",
     }, run["stdout"][-3000:]
     check_llama_server_shared(run)
     for k in (1, 3):
@@ -319,3 +339,5 @@ def test_llama_server_four_slots_findings(tmp_path_factory: pytest.TempPathFacto
             run, "FALSIFY-OAI-008", f"test_a_request_gives_the_same_reply_alone_and_batched[{k}]"
         )
         assert batched["alone_tokens"] == batched["batched_tokens"] and batched["logprob_gap"] == 0.0, batched
+    reuse = values(run, "FALSIFY-OAI-009", "test_a_reused_prefix_gives_the_fresh_reply[40]")
+    assert reuse["fresh_tokens"] == reuse["reused_tokens"] and reuse["reuse_logprob_gap"] == 0.0, reuse
