@@ -274,12 +274,12 @@ def test_the_openai_engine_reads_what_the_server_sends(server: Any) -> None:
 
     engine = OpenAIEngine(f"openai+http://127.0.0.1:{server.server_address[1]}")
     assert engine.model == "reference-tiny" and engine.supports("openai") is None
-    assert engine.text_prompts is None  # the reference takes token-id prompts, as the OpenAI API does
     assert engine.body([3, 4], 2, stream=True)["stream_options"] == {"include_usage": True}
     assert "stream_options" not in engine.body([3, 4], 2)
     whole = engine.complete(PROMPT, 5, logprobs=1)
     streamed = engine.complete(PROMPT, 5, logprobs=1, stream=True)
     assert whole.token_ids == streamed.token_ids and len(whole.token_ids or ()) == 5
+    assert engine.text_prompts is None  # the reference takes token-id prompts, as the OpenAI API does
     assert whole.logprobs == streamed.logprobs and whole.text == streamed.text
     assert (whole.finish_reason, whole.completion_tokens, whole.chunks) == ("length", 5, 0)
     assert (

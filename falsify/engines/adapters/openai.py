@@ -164,7 +164,7 @@ class OpenAIEngine:
             self.host, self.port = url.hostname, port_
         self.model = model or os.environ.get(MODEL_ENV) or self._first_model()
         self.text_prompts: str | None = None
-        self._probe_token_prompts()
+        self._token_prompts_probed = False  # measured before the first request with a token-id prompt
 
     def supports(self, capability: str) -> str | None:
         if capability == "openai":
@@ -281,7 +281,11 @@ class OpenAIEngine:
     def _probe_token_prompts(self) -> None:
         """The OpenAI API takes a prompt as an array of token ids; a server that refuses one (llama_cpp.server
         0.3.36 declares `prompt: str | list[str]`) gets every prompt as text instead, one ASCII letter per id
-        (`text_prompt`), and `text_prompts` says why. Measured once: a one-token request with a token-id prompt."""
+        (`text_prompt`), and `text_prompts` says why. Measured once, before the first request with a token-id prompt:
+        a one-token request with one."""
+        if self._token_prompts_probed:
+            return
+        self._token_prompts_probed = True
         conn = self._conn(min(60.0, self.timeout))
         try:
             with _reading("POST /v1/completions", min(60.0, self.timeout)):
@@ -293,6 +297,8 @@ class OpenAIEngine:
                 )
                 response = conn.getresponse()
                 answer = _body(response, "POST /v1/completions")
+        except (OpenAIError, OSError):
+            return  # no clear refusal: prompts stay token ids, and the request itself reports what goes wrong
         finally:
             conn.close()
         if response.status != 200:
@@ -346,6 +352,8 @@ class OpenAIEngine:
         for a client that hangs up before the server answered anything)."""
         chat = bool(kw.get("chat"))
         path = "/v1/chat/completions" if chat else "/v1/completions"
+        if isinstance(prompt, list):
+            self._probe_token_prompts()
         conn = self._conn()
         t0 = time.perf_counter()
         try:
@@ -370,6 +378,8 @@ class OpenAIEngine:
         """One request, read to its end."""
         chat, stream = bool(kw.get("chat")), bool(kw.get("stream"))
         path = "/v1/chat/completions" if chat else "/v1/completions"
+        if isinstance(prompt, list):
+            self._probe_token_prompts()
         conn = self._conn()
         t0 = time.perf_counter()
         try:
