@@ -321,16 +321,19 @@ def test_llama_server_one_slot_findings(tmp_path_factory: pytest.TempPathFactory
 
 
 def test_llama_server_four_slots_findings(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """-np 4: batch invariance holds (OAI-008: the same tokens and bitwise the same logprobs alone and beside 1 or
-    3 decoding requests); the disconnect predictions need one slot (NOT APPLICABLE, measured)."""
+    """-np 4: a request gives the same tokens alone and beside 1 or 3 decoding requests, and its logprobs are
+    bitwise the same in some runs but not all (OAI-008: gap 0.0 in two runs of four, 2.05e-5 beside 3 requests in
+    the other two: which decode steps share a batch depends on timing), so the verdict is printed, not pinned, and
+    the gap is pinned below 1e-3 (float32 rounding, not another request's row); the disconnect predictions need one
+    slot (NOT APPLICABLE, measured)."""
     run = run_of("llama-server", 4, tmp_path_factory)
     assert run["returncode"] == 1, run["stdout"][-3000:]
     oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
+    assert oai.pop("OAI-008") in ("PASS", "FAIL"), run["stdout"][-3000:]  # measured, printed, not pinned
     assert oai == LLAMA_SERVER_SHARED | {
         "OAI-001": "NOT APPLICABLE",
         "OAI-002": "NOT APPLICABLE",
         "OAI-003": "NOT APPLICABLE",
-        "OAI-008": "PASS",
         "OAI-009": "PASS",
     }, run["stdout"][-3000:]
     check_llama_server_shared(run)
@@ -338,6 +341,7 @@ def test_llama_server_four_slots_findings(tmp_path_factory: pytest.TempPathFacto
         batched = values(
             run, "FALSIFY-OAI-008", f"test_a_request_gives_the_same_reply_alone_and_batched[{k}]"
         )
-        assert batched["alone_tokens"] == batched["batched_tokens"] and batched["logprob_gap"] == 0.0, batched
+        assert batched["alone_tokens"] == batched["batched_tokens"] and batched["logprob_gap"] < 1e-3, batched
+        print(f"llama-server -np 4, k = {k}: the same tokens, logprob gap {batched['logprob_gap']:.3g}")
     reuse = values(run, "FALSIFY-OAI-009", "test_a_reused_prefix_gives_the_fresh_reply[40]")
     assert reuse["fresh_tokens"] == reuse["reused_tokens"] and reuse["reuse_logprob_gap"] == 0.0, reuse
