@@ -72,6 +72,10 @@ def probe_prompt(seed: int, n: int, low: int = 259, high: int = 512) -> list[int
     return [rng.randrange(low, high) for _ in range(n)]
 
 
+class StatusError(OpenAIError):
+    """The server answered a request with a status other than 200."""
+
+
 def text_prompt(ids: list[int]) -> str:
     """A token-id prompt as text for a server that takes no ids: one ASCII letter per id (a byte-level vocabulary,
     such as the tiny model's, reads it as one token per id; a real model's tokenizer merges letters, so the prompt
@@ -164,7 +168,7 @@ class OpenAIEngine:
             self.host, self.port = url.hostname, port_
         self.model = model or os.environ.get(MODEL_ENV) or self._first_model()
         self.text_prompts: str | None = None
-        self._token_prompts_probed = False  # measured before the first request with a token-id prompt
+        self._text_tried = False
 
     def supports(self, capability: str) -> str | None:
         if capability == "openai":
@@ -278,35 +282,20 @@ class OpenAIEngine:
                 f"engine {self.spec!r}: /v1/models answered {status} without a model id: {body[:200]!r}"
             ) from None
 
-    def _probe_token_prompts(self) -> None:
+    def _text_instead(self, prompt: list[int] | str, refusal: OpenAIError) -> bool:
         """The OpenAI API takes a prompt as an array of token ids; a server that refuses one (llama_cpp.server
         0.3.36 declares `prompt: str | list[str]`) gets every prompt as text instead, one ASCII letter per id
-        (`text_prompt`), and `text_prompts` says why. Measured once, before the first request with a token-id prompt:
-        a one-token request with one."""
-        if self._token_prompts_probed:
-            return
-        self._token_prompts_probed = True
-        conn = self._conn(min(60.0, self.timeout))
-        try:
-            with _reading("POST /v1/completions", min(60.0, self.timeout)):
-                conn.request(
-                    "POST",
-                    "/v1/completions",
-                    json.dumps(self.body(probe_prompt(3, 8), 1)),
-                    {"Content-Type": "application/json"},
-                )
-                response = conn.getresponse()
-                answer = _body(response, "POST /v1/completions")
-        except (OpenAIError, OSError):
-            return  # no clear refusal: prompts stay token ids, and the request itself reports what goes wrong
-        finally:
-            conn.close()
-        if response.status != 200:
-            self.text_prompts = (
-                f"the server refused a token-id prompt (POST /v1/completions answered {response.status}: "
-                f"{answer[:120]!r}); prompts go as text, one ASCII letter per token id"
-            )
-            print(f"falsify: engine {self.spec!r}: {self.text_prompts}", file=sys.stderr)
+        (`text_prompt`), and `text_prompts` says why. Tried once, on the first refused token-id prompt: True when
+        the request should be sent again as text."""
+        if not isinstance(prompt, list) or self.text_prompts is not None or self._text_tried:
+            return False
+        self._text_tried = True
+        self.text_prompts = f"{refusal}; prompts go as text, one ASCII letter per token id"
+        return True
+
+    def _text_refused(self) -> None:
+        """Text fared no better: back to token ids (the first refusal is the error to report)."""
+        self.text_prompts = None
 
     def body(
         self,
@@ -350,10 +339,26 @@ class OpenAIEngine:
     ) -> Stream:
         """Send a streamed request; return when the response headers arrive (wait=False: as soon as it is sent,
         for a client that hangs up before the server answered anything)."""
+        try:
+            return self._open_stream(prompt, max_tokens, wait=wait, **kw)
+        except StatusError as refusal:
+            if not self._text_instead(prompt, refusal):
+                raise
+            try:
+                stream = self._open_stream(prompt, max_tokens, wait=wait, **kw)
+            except OpenAIError:
+                self._text_refused()
+                raise refusal from None
+            print(f"falsify: engine {self.spec!r}: {self.text_prompts}", file=sys.stderr)
+            return stream
+
+    def _open_stream(
+        self, prompt: list[int] | str, max_tokens: int, *, wait: bool = True, **kw: Any
+    ) -> Stream:
+        """Send a streamed request; return when the response headers arrive (wait=False: as soon as it is sent,
+        for a client that hangs up before the server answered anything)."""
         chat = bool(kw.get("chat"))
         path = "/v1/chat/completions" if chat else "/v1/completions"
-        if isinstance(prompt, list):
-            self._probe_token_prompts()
         conn = self._conn()
         t0 = time.perf_counter()
         try:
@@ -368,7 +373,7 @@ class OpenAIEngine:
                     return Stream(conn, None, t0, self.timeout)
                 response = conn.getresponse()
                 if response.status != 200:
-                    raise OpenAIError(f"POST {path} answered {response.status}: {response.read(300)!r}")
+                    raise StatusError(f"POST {path} answered {response.status}: {response.read(300)!r}")
         except BaseException:
             conn.close()
             raise
@@ -376,10 +381,22 @@ class OpenAIEngine:
 
     def complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         """One request, read to its end."""
+        try:
+            return self._complete(prompt, max_tokens, **kw)
+        except StatusError as refusal:
+            if not self._text_instead(prompt, refusal):
+                raise
+            try:
+                reply = self._complete(prompt, max_tokens, **kw)
+            except OpenAIError:
+                self._text_refused()
+                raise refusal from None
+            print(f"falsify: engine {self.spec!r}: {self.text_prompts}", file=sys.stderr)
+            return reply
+
+    def _complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         chat, stream = bool(kw.get("chat")), bool(kw.get("stream"))
         path = "/v1/chat/completions" if chat else "/v1/completions"
-        if isinstance(prompt, list):
-            self._probe_token_prompts()
         conn = self._conn()
         t0 = time.perf_counter()
         try:
@@ -392,7 +409,7 @@ class OpenAIEngine:
                 )
                 response = conn.getresponse()
                 if response.status != 200:
-                    raise OpenAIError(f"POST {path} answered {response.status}: {response.read(300)!r}")
+                    raise StatusError(f"POST {path} answered {response.status}: {response.read(300)!r}")
                 if not stream:
                     reply = _json(_body(response, f"POST {path}"), f"POST {path}'s reply")
                     seconds = time.perf_counter() - t0
