@@ -211,7 +211,9 @@ def test_llama_cpp_server_findings(tmp_path_factory: pytest.TempPathFactory) -> 
         "OAI-009": "PASS",
         "OAI-010": "PASS",
     }, run["stdout"][-3000:]
-    assert "answered 500" in run["stderr"] and "prompts go as text" in run["stderr"], "the text fallback is said"
+    assert "answered 500" in run["stderr"] and "prompts go as text" in run["stderr"], (
+        "the text fallback is said"
+    )
     for k in (1, 5):  # the hung-up stream stops: the probe waited for a few per-token times at most
         assert (
             values(run, "FALSIFY-OAI-001", f"test_a_stream_hung_up_after_k_tokens_frees_the_slot[{k}]")[
