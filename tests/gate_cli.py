@@ -1,5 +1,5 @@
 """falsify in a child process, as a user runs it: `run_cli` for any command, `run_gate` for tests that judge the
-gate's exit code, its output and the rows of OUT/gate.json."""
+gate's exit code, its output and the rows of OUT/gate.json; `PYTEST` for a pack's falsifiers run by pytest itself."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 FALSIFY = (sys.executable, "-m", "falsify.cli")
+# pytest in a child process, quiet, writing no .pytest_cache into the tree
+PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
 
 
 def run_cli(
@@ -46,4 +48,20 @@ def run_gate(
         if gate_json.is_file()
         else {}
     )
+    return proc, rows
+
+
+def failing_budget_cancel_gate(
+    engine: str, out: Path, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict[str, dict[str, Any]]]:
+    """`run_gate` restricted to the budget-cancel falsifier (quick), under Hypothesis' mutation profile (first
+    counterexample, no shrinking) and ENV over this process's environment; the gate must exit 1 (FAIL)."""
+    proc, rows = run_gate(
+        engine,
+        out,
+        *("-k", "test_a_budget_cancelled_run"),
+        cwd=cwd,
+        env={**os.environ, "HYPOTHESIS_PROFILE": "mutation", **(env or {})},
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, rows

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from harness_wheel import build_harness_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "adopter"
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "falsify")
 PACK_CONTRACT = "falsify/packs/serving/contracts/apr-serve-cancellation-v1.yaml"
 
 pytestmark = [
@@ -86,23 +86,7 @@ def fresh_venv(path: Path, env: dict[str, str]) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The harness wheel, built from a copy of this checkout's distribution files (no build/ left in the tree)."""
-    base = tmp_path_factory.mktemp("wheel")
-    src = base / "src"
-    src.mkdir()
-    for name in SOURCES:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(path, src / name)
-    built = run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(src)],
-        base,
-        {**os.environ},
-    )
-    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
-    (found,) = (base / "dist").glob("falsify_harness-*.whl")
-    return found
+    return build_harness_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def new_repo(base: Path, env: dict[str, str], engine: str, sources: str, extra: str = "") -> Path:

@@ -18,10 +18,9 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from harness_wheel import build_harness_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
-# What the wheel is built from: the harness distribution's own files (pyproject's package list does the rest).
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "falsify")
 
 
 def run(
@@ -34,25 +33,10 @@ def run(
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """(the fresh venv's bin directory, an environment that uses it and nothing of this checkout)."""
     base = tmp_path_factory.mktemp("adoption")
-    src = base / "src"
-    src.mkdir()
-    for name in SOURCES:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(path, src / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "FALSIFY_", "VIRTUAL_ENV"))}
     env.update(PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1", HOME=str(base / "home"))
     env.pop("CI", None)
-    built = run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(src)],
-        base,
-        {**os.environ},
-    )
-    if built.returncode != 0:
-        pytest.fail(f"building the wheel failed:\n{built.stdout[-2000:]}\n{built.stderr[-2000:]}")
-    (wheel,) = (base / "dist").glob("falsify_harness-*.whl")
+    wheel = build_harness_wheel(base)
     venv = base / "venv"
     made = run([sys.executable, "-m", "venv", "--without-pip", str(venv)], base, env)
     assert made.returncode == 0, made.stderr

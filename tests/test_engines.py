@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from gate_cli import run_gate
+from gate_cli import failing_budget_cancel_gate
 
 import falsify
 from falsify.engines.adapters.broken import BrokenEngine
@@ -96,15 +96,7 @@ def test_unknown_engine_is_a_clear_error() -> None:
 
 def test_gate_fails_on_the_broken_engine_naming_the_emitted_minus_one_prediction(tmp_path: Path) -> None:
     """`falsify gate --engine module:factory`, restricted to the budget-cancel falsifier to stay quick."""
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "mutation"}  # first counterexample, no shrinking
-    proc, rows = run_gate(
-        "falsify.engines.adapters.broken:BrokenEngine",
-        tmp_path,
-        *("-k", "test_a_budget_cancelled_run"),
-        cwd=ROOT,
-        env=env,
-    )
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc, rows = failing_budget_cancel_gate("falsify.engines.adapters.broken:BrokenEngine", tmp_path, ROOT)
     assert rows["FALSIFY-SERVE-CANCEL-002"]["outcome"] == "FAIL"
     failed = rows["FALSIFY-SERVE-CANCEL-002"]["values"]
     assert failed["decode_forwards"] == failed["emitted"], failed  # the poll-after-forward signature

@@ -10,11 +10,11 @@ import errno
 import json
 import os
 import re
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hang_bound import hang_bound
 
 from falsify import boundedjson, safefile
 from falsify.evidence import SIGNATURES, STATEMENTS
@@ -27,14 +27,8 @@ from falsify.project import ProjectError
 
 @pytest.fixture(autouse=True)
 def _alarm() -> Iterator[None]:
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError("a read or write hung past the test's 20 s bound")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with hang_bound(20, "a read or write"):
+        yield
 
 
 def fifo(path: Path) -> Path:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gate_cli import run_gate
+from gate_cli import failing_budget_cancel_gate
 
 import falsify
 from falsify.harness.instruments import CountingCancel, CountingModel
@@ -51,19 +51,10 @@ def test_the_miscounting_record_is_falsified_in_process() -> None:
 
 
 def test_the_gate_fails_the_miscounting_engine_on_the_agreement_prediction(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "HYPOTHESIS_PROFILE": "mutation",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH", "")])),
-    }
-    proc, rows = run_gate(
-        "miscounting_engine:MiscountingEngine",
-        tmp_path,
-        *("-k", "test_a_budget_cancelled_run"),
-        cwd=ROOT,
-        env=env,
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    _, rows = failing_budget_cancel_gate(
+        "miscounting_engine:MiscountingEngine", tmp_path, ROOT, env={"PYTHONPATH": path}
     )
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert rows["FALSIFY-SERVE-CANCEL-011"]["outcome"] == "FAIL"
     failed = rows["FALSIFY-SERVE-CANCEL-011"]["values"]
     assert failed["reported_decode_forwards"] == failed["decode_forwards"] - 1, failed

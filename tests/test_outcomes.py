@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_texts import ONLY_GENERATE
 from gate_cli import run_gate
 
 from falsify.contracts.corpus import load_corpus
@@ -203,23 +204,14 @@ def test_both():
 def test_against_the_oracle():
     falsify.check("FALSIFY-DEMO-003", emitted=3)
 """
-NO_LANES = """
-class Engine:
-    name = "no-lanes"
-    def supports(self, capability):
-        return None if capability == "generate" else f"no {capability} here"
-    def load_model(self, kind): raise NotImplementedError
-    def session(self, model): raise NotImplementedError
-    def cancel_token(self): raise NotImplementedError
-"""
 
 
 def test_a_not_applicable_reason_names_the_predictions_own_need(pytester: pytest.Pytester) -> None:
     """DEMO-001 needs lanes, DEMO-002 does not but shares its test; neither row says the other's need is its own
     (issue #24: PREFILL-009 said "PREFILL-008 needs 'lanes'")."""
-    pytester.makepyfile(no_lanes=NO_LANES)
+    pytester.makepyfile(only_generate=ONLY_GENERATE)
     pytester.syspathinsert()
-    rows = run_shared(pytester, LANES_CONTRACT, LANES_TESTS, "--engine", "no_lanes:Engine")
+    rows = run_shared(pytester, LANES_CONTRACT, LANES_TESTS, "--engine", "only_generate:Engine")
     assert rows["FALSIFY-DEMO-001"].outcome is Outcome.NOT_APPLICABLE
     assert rows["FALSIFY-DEMO-001"].detail == "FALSIFY-DEMO-001 needs 'lanes': no lanes here"
     assert rows["FALSIFY-DEMO-002"].outcome is Outcome.NOT_APPLICABLE
@@ -230,10 +222,10 @@ def test_a_not_applicable_reason_names_the_predictions_own_need(pytester: pytest
 
 
 def test_predictions_that_all_lack_a_capability_each_name_their_own(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(no_lanes=NO_LANES)
+    pytester.makepyfile(only_generate=ONLY_GENERATE)
     pytester.syspathinsert()
     both = LANES_CONTRACT.replace("requires: [generate]\n", "requires: [generate, quant]\n")
-    rows = run_shared(pytester, both, LANES_TESTS, "--engine", "no_lanes:Engine")
+    rows = run_shared(pytester, both, LANES_TESTS, "--engine", "only_generate:Engine")
     assert rows["FALSIFY-DEMO-001"].detail == (
         "FALSIFY-DEMO-001 needs 'quant': no quant here; needs 'lanes': no lanes here"
     )

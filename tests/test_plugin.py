@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from engine_texts import ONLY_GENERATE
 
 DATA = Path(__file__).parent / "data" / "contracts"  # contract texts the tests write into a project
 CONTRACT = (DATA / "plugin-demo-v1.yaml").read_text(encoding="utf-8")
@@ -132,15 +133,7 @@ def test_capabilities_a_target_lacks_are_not_applicable(project: pytest.Pytester
         CONTRACT.replace("observables:", "requires: [generate, lanes]\nobservables:")
     )
     project.makepyfile(
-        only_generate="""
-class Engine:
-    name = "only-generate"
-    def supports(self, capability):
-        return None if capability == "generate" else f"no {capability} here"
-    def load_model(self, kind): raise NotImplementedError
-    def session(self, model): raise NotImplementedError
-    def cancel_token(self): raise NotImplementedError
-""",
+        only_generate=ONLY_GENERATE,
         test_demo=BOTH_BOUND.format(forwards=7).replace(
             '@pytest.mark.falsifies("FALSIFY-DEMO-002")',
             '@pytest.mark.falsifies("FALSIFY-DEMO-002", requires=["generate"])',

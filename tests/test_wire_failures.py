@@ -9,12 +9,11 @@ import json
 import os
 import socket
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from canned_http import CannedServer
 from gate_cli import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,26 +35,9 @@ def test_a_broken_engine_is_a_named_error_row(mode: str, error: str, tmp_path: P
     gate_names_the_error(f"exec:{sys.executable} {BAD} {mode}", error, tmp_path)
 
 
-class NotJson(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"<html>not the engine you are looking for</html>\n")
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def test_an_http_server_that_is_not_an_engine_is_a_named_error_row(tmp_path: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NotJson)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        gate_names_the_error(f"http://127.0.0.1:{server.server_address[1]}", "MalformedMessage", tmp_path)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with CannedServer(b"<html>not the engine you are looking for</html>\n") as server:
+        gate_names_the_error(server.url, "MalformedMessage", tmp_path)
 
 
 def test_nothing_listening_at_the_url_is_a_named_error_row(tmp_path: Path) -> None:

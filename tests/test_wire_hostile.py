@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hang_bound import hang_bound
 
 from falsify.engines.wire import errors
 from falsify.engines.wire.client import WireEngine
@@ -26,14 +27,8 @@ SCRIPTED = Path(__file__).resolve().parent / "fixtures" / "wire" / "scripted_eng
 
 @pytest.fixture(autouse=True)
 def _alarm() -> Iterator[None]:
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError("the client hung past the test's 30 s bound")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(30)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with hang_bound(30, "the client"):
+        yield
 
 
 def scripted(tmp_path: Path, script: dict[str, list[dict[str, object]]], timeout: float = 3.0) -> Connection:

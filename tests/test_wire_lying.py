@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gate_cli import PYTEST
 
 ROOT = Path(__file__).resolve().parent.parent
 LIAR = ROOT / "tests" / "fixtures" / "wire" / "lying_engine.py"
@@ -25,17 +26,7 @@ def run(mode: str, tmp_path: Path, target: str, select: str) -> dict[str, Any]:
     env = os.environ.copy()
     env.update(PYTHONPATH=str(ROOT), HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
     results = tmp_path / "results.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        str(FALSIFIERS / target),
-        "-k",
-        select,
-    ]
+    cmd = [*PYTEST, str(FALSIFIERS / target), "-k", select]
     cmd += ["--engine", f"exec:{sys.executable} {LIAR} {mode}", "--falsify-results", str(results)]
     subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     tests = json.loads(results.read_text(encoding="utf-8"))["tests"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gate_cli import PYTEST
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "examples" / "node-engine" / "engine.js"
@@ -26,15 +27,7 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="node (Node.js 20) is not o
 def run(engine: Path, results: Path) -> tuple[int, dict[str, dict[str, Any]]]:
     env = os.environ.copy()
     env.update(PYTHONPATH=str(ROOT), HYPOTHESIS_PROFILE="ci", PYTHONHASHSEED="0")
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "falsify/packs/serving/falsifiers",
-    ]
+    cmd = [*PYTEST, "falsify/packs/serving/falsifiers"]
     cmd += ["--engine", f"exec:{NODE} {engine}", "--falsify-results", str(results)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
     tests = json.loads(results.read_text(encoding="utf-8"))["tests"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gate_cli import PYTEST
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVE = f"{sys.executable} -m reference.serve"
@@ -40,18 +41,7 @@ def env() -> dict[str, str]:
 
 def falsifiers(engine: str, results: Path, *args: str) -> subprocess.CompletedProcess[str]:
     # -p same_modules: both runs load the same local modules, so Hypothesis draws the same examples (its docstring)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "same_modules",
-        "--engine",
-        engine,
-    ]
+    cmd = [*PYTEST, "-p", "same_modules", "--engine", engine]
     cmd += ["--falsify-results", str(results), *args]
     began = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=1800, check=False)

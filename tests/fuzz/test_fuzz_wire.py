@@ -19,15 +19,14 @@ import json
 import os
 import random
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+from canned_http import CannedServer
 
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection
@@ -219,31 +218,12 @@ def test_stdio_wire_fuzz(tmp_path: Path, alarm: None) -> None:
     assert sum(seen.values()) == CASES and seen["accepted"] and seen["named"] and seen["refused"], seen
 
 
-class _Replay(BaseHTTPRequestHandler):
-    body = b""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(type(self).body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 def test_http_wire_fuzz(alarm: None) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Replay)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    with CannedServer() as server:
 
-    def spec_for(lines: list[bytes]) -> str:
-        _Replay.body = b"".join(line + b"\n" for line in lines)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        def spec_for(lines: list[bytes]) -> str:
+            server.body = b"".join(line + b"\n" for line in lines)
+            return server.url
 
-    try:
         seen = fuzz(spec_for, "http")
-    finally:
-        server.shutdown()
-        server.server_close()
     assert sum(seen.values()) == CASES and seen["accepted"] and seen["named"] and seen["refused"], seen
