@@ -619,6 +619,17 @@ def png_pixels(data: bytes) -> tuple[int, int, bytes]:
     return width, height, zlib.decompress(idat)
 
 
+def screenshot(browser: list[str], page: Path, size: tuple[int, int], shot: Path) -> tuple[int, int, bytes]:
+    """PAGE as the headless BROWSER (its command and flags) draws it in a SIZE window: png_pixels of SHOT."""
+    subprocess.run(
+        [*browser, f"--window-size={size[0]},{size[1]}", f"--screenshot={shot}", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    return png_pixels(shot.read_bytes())
+
+
 @pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium on PATH (Debian: apt-get install -y chromium); .ci/run installs it"
 )
@@ -639,14 +650,7 @@ def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: 
         "--no-first-run",
         f"--user-data-dir={tmp_path / 'profile'}",
     ]
-    shot = tmp_path / "report.png"
-    subprocess.run(
-        [*flags, "--window-size=1280,1000", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    width, height, pixels = png_pixels(shot.read_bytes())
+    width, height, pixels = screenshot(flags, page, (1280, 1000), tmp_path / "report.png")
     assert (width, height) == (1280, 1000)
     assert len(set(pixels)) > 16, "the screenshot is blank"
     dom = subprocess.run(
@@ -665,14 +669,7 @@ def test_report_html_opens_offline_in_a_headless_browser(built: Path, tmp_path: 
     alone = tmp_path / "figure.html"
     svg = (built / "proj" / "evidence" / "kill-matrix.svg").read_text(encoding="utf-8")
     alone.write_text(f"<!DOCTYPE html><html><body style='margin:0;background:#fff'>{svg}</body></html>")
-    shot = tmp_path / "figure.png"
-    subprocess.run(
-        [*flags, "--window-size=1400,400", f"--screenshot={shot}", alone.as_uri()],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    width, height, pixels = png_pixels(shot.read_bytes())
+    width, height, pixels = screenshot(flags, alone, (1400, 400), tmp_path / "figure.png")
     assert width == 1400
     assert _has_colour(pixels, width, (0xCF, 0x22, 0x2E)), "no killed (red) cell rendered"
     assert _has_colour(pixels, width, (0x1D, 0x23, 0x2A), tolerance=60), "no label text rendered"

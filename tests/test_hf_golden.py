@@ -8,8 +8,6 @@ tests/data/hf_golden/checkpoint.py) and must have the recorded digests, so the c
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import itertools
 import json
 from pathlib import Path
@@ -18,31 +16,21 @@ from typing import Any
 import numpy as np
 import pytest
 
+# the generator's own error model (N, HF's chunk) and variant checkpoint: one copy, in tests/data/hf_golden/
+from data.hf_golden.make_hf_golden import HF_CHUNK, load_checkpoint_module, n_red, sha256
+
 import falsify
 
 DATA = Path(__file__).parent / "data" / "hf_golden"
 PROVENANCE = json.loads((DATA / "provenance.json").read_text())
 RUNS = [(m, r["name"]) for m, entry in PROVENANCE["models"].items() for r in entry["runs"]]
-HF_CHUNK = 64  # the chunk of HF's torch_chunk_gated_delta_rule, in the recurrence's error term
-
-
-def _checkpoint_module() -> Any:
-    spec = importlib.util.spec_from_file_location("hf_golden_checkpoint", DATA / "checkpoint.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")
 def checkpoints(engine, tmp_path_factory) -> dict[str, Path]:
     paths = {
         "tiny-0": Path(engine.tiny_model_path()),
-        "variant-7": _checkpoint_module().write_checkpoint(tmp_path_factory.mktemp("variant-7")),
+        "variant-7": load_checkpoint_module().write_checkpoint(tmp_path_factory.mktemp("variant-7")),
     }
     for name, path in paths.items():
         recorded = PROVENANCE["models"][name]
@@ -92,17 +80,6 @@ def traces(engine, goldens) -> Any:
         return config, golden, ours
 
     return run
-
-
-def n_red(config: dict[str, Any], tokens: int) -> int:
-    """N of the error model (contracts/hf-golden-v1.yaml): the longest float32 reduction in one layer."""
-    return max(
-        config["hidden_size"],
-        config["intermediate_size"],
-        config["linear_num_value_heads"] * config["linear_value_head_dim"],
-        config["num_attention_heads"] * config["head_dim"],
-        tokens,
-    )
 
 
 def max_abs(a: np.ndarray, b: np.ndarray) -> float:

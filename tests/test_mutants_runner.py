@@ -69,6 +69,17 @@ def assert_untouched(root: Path, before: dict[str, str]) -> None:
     assert list((root.parent / "tmp").iterdir()) == [], "a scratch copy was left behind"
 
 
+def add_poll_deleted(root: Path) -> None:
+    """poll-deleted: the poll deleted, a mutant that kills FALSIFY-TOY-001 but also claims FALSIFY-TOY-002, which it
+    cannot break (forwards still equal emitted)."""
+    add_mutant(root, "poll-deleted", "FALSIFY-TOY-002", "")
+    (root / "mutants" / "poll-deleted.yaml").write_text(
+        "id: poll-deleted\ndescription: never polled\nfile: toy/loop.py\nfunction: generate\nop: delete\n"
+        'statement: "if budget.cancelled():"\nkills: [FALSIFY-TOY-001, FALSIFY-TOY-002]\n',
+        encoding="utf-8",
+    )
+
+
 def add_mutant(root: Path, mutant_id: str, prediction: str, body: str) -> None:
     (root / "mutants" / f"{mutant_id}.yaml").write_text(
         f"id: {mutant_id}\ndescription: test mutant\nfile: toy/loop.py\nfunction: generate\n{body}"
@@ -147,13 +158,7 @@ def test_stale_survived_and_partly_killed_mutants(toy: Path) -> None:
         "FALSIFY-TOY-001",
         'op: replace\nstatement: "emitted += 1"\nreplacement: "emitted = emitted + 1"\n',
     )
-    # poll-deleted also claims FALSIFY-TOY-002, which it cannot break (forwards still equal emitted).
-    add_mutant(toy, "poll-deleted", "FALSIFY-TOY-002", "")
-    (toy / "mutants" / "poll-deleted.yaml").write_text(
-        "id: poll-deleted\ndescription: never polled\nfile: toy/loop.py\nfunction: generate\nop: delete\n"
-        'statement: "if budget.cancelled():"\nkills: [FALSIFY-TOY-001, FALSIFY-TOY-002]\n',
-        encoding="utf-8",
-    )
+    add_poll_deleted(toy)
     commit(toy)
     before = snapshot(toy)
     result = falsify(toy, "limit-off-by-one", "equivalent", "poll-deleted")
@@ -171,13 +176,7 @@ def test_stale_survived_and_partly_killed_mutants(toy: Path) -> None:
 
 
 def test_kill_lists_are_enforced_by_default_and_lenient_opts_out(toy: Path) -> None:
-    # poll-deleted also claims FALSIFY-TOY-002, which it cannot break (forwards still equal emitted).
-    add_mutant(toy, "poll-deleted", "FALSIFY-TOY-002", "")
-    (toy / "mutants" / "poll-deleted.yaml").write_text(
-        "id: poll-deleted\ndescription: never polled\nfile: toy/loop.py\nfunction: generate\nop: delete\n"
-        'statement: "if budget.cancelled():"\nkills: [FALSIFY-TOY-001, FALSIFY-TOY-002]\n',
-        encoding="utf-8",
-    )
+    add_poll_deleted(toy)
     commit(toy)
     enforced = falsify(toy, "poll-deleted")
     assert enforced.returncode == 1, enforced.stdout + enforced.stderr

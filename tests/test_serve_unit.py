@@ -872,12 +872,16 @@ def test_stdio_end_of_input_is_0_after_answering_every_request() -> None:
     assert stdio() == (0, [])
 
 
+def json_error(bad: bytes) -> str:
+    """What json.loads says of BAD: the reason a PARSE_ERROR reply quotes."""
+    with pytest.raises(ValueError) as info:
+        json.loads(bad)
+    return str(info.value)
+
+
 def test_stdio_answers_bad_lines_and_ignores_stray_replies_and_notifications() -> None:
     bad = b"this is not json\n"
-    try:
-        json.loads(bad)
-    except ValueError as exc:
-        reason = str(exc)
+    reason = json_error(bad)
     code, out = stdio(
         bad,
         line([1, 2]),
@@ -902,10 +906,7 @@ def test_stdio_answers_bad_lines_and_ignores_stray_replies_and_notifications() -
 
 def test_stdio_link_request_waits_for_its_reply_answering_what_comes_meanwhile() -> None:
     bad = b"{oops\n"
-    try:
-        json.loads(bad)
-    except ValueError as exc:
-        reason = str(exc)
+    reason = json_error(bad)
     script = [
         bad,
         line({"id": 7, "method": "load_model", "params": {}}),  # a harness request during ours: busy

@@ -69,53 +69,41 @@ def test_both_prefixes_load_the_same_model(ckpt: Path, prefix: str) -> None:
     assert np.array_equal(model.forward(toks, model.new_state()), ref.forward(toks, ref.new_state()))
 
 
-def test_missing_tensor(ckpt: Path) -> None:
-    edit_tensors(ckpt, lambda t: t.pop("model.layers.2.linear_attn.A_log"))
-    with pytest.raises(WeightsError, match=r"missing tensor 'layers\.2\.linear_attn\.A_log'"):
-        load_model(ckpt, "f32")
+def _nan_in_norm(t: dict) -> None:
+    t["model.norm.weight"] = t["model.norm.weight"].copy()
+    t["model.norm.weight"][3] = np.nan
 
 
-def test_extra_tensor(ckpt: Path) -> None:
-    edit_tensors(
-        ckpt, lambda t: t.update({"model.layers.0.self_attn.q_proj.weight": np.zeros((2, 2), np.float32)})
-    )
-    with pytest.raises(
-        WeightsError, match=r"unexpected tensor 'model\.layers\.0\.self_attn\.q_proj\.weight'"
-    ):
-        load_model(ckpt, "f32")
-
-
-def test_unknown_prefix(ckpt: Path) -> None:
-    edit_tensors(ckpt, lambda t: t.update({"transformer.wte.weight": np.zeros((2, 2), np.float32)}))
-    with pytest.raises(WeightsError, match=r"'transformer\.wte\.weight' has none of the prefixes"):
-        load_model(ckpt, "f32")
-
-
-def test_misshapen_tensor(ckpt: Path) -> None:
-    edit_tensors(
-        ckpt, lambda t: t.update({"model.layers.1.mlp.up_proj.weight": np.zeros((256, 128), np.float16)})
-    )
-    with pytest.raises(
-        WeightsError,
-        match=r"'layers\.1\.mlp\.up_proj\.weight' has shape \[256, 128\], "
-        r"expected \[256, 256\]",
-    ):
-        load_model(ckpt, "f32")
-
-
-def test_non_finite_tensor(ckpt: Path) -> None:
-    def poison(t: dict) -> None:
-        t["model.norm.weight"] = t["model.norm.weight"].copy()
-        t["model.norm.weight"][3] = np.nan
-
-    edit_tensors(ckpt, poison)
-    with pytest.raises(WeightsError, match=r"'norm\.weight' holds NaN"):
-        load_model(ckpt, "f32")
-
-
-def test_unsupported_dtype(ckpt: Path) -> None:
-    edit_tensors(ckpt, lambda t: t.update({"model.norm.weight": t["model.norm.weight"].astype(np.int32)}))
-    with pytest.raises(WeightsError, match=r"'model\.norm\.weight' has dtype I32"):
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda t: t.pop("model.layers.2.linear_attn.A_log"),
+            r"missing tensor 'layers\.2\.linear_attn\.A_log'",
+        ),
+        (
+            lambda t: t.update({"model.layers.0.self_attn.q_proj.weight": np.zeros((2, 2), np.float32)}),
+            r"unexpected tensor 'model\.layers\.0\.self_attn\.q_proj\.weight'",
+        ),
+        (
+            lambda t: t.update({"transformer.wte.weight": np.zeros((2, 2), np.float32)}),
+            r"'transformer\.wte\.weight' has none of the prefixes",
+        ),
+        (
+            lambda t: t.update({"model.layers.1.mlp.up_proj.weight": np.zeros((256, 128), np.float16)}),
+            r"'layers\.1\.mlp\.up_proj\.weight' has shape \[256, 128\], expected \[256, 256\]",
+        ),
+        (_nan_in_norm, r"'norm\.weight' holds NaN"),
+        (
+            lambda t: t.update({"model.norm.weight": t["model.norm.weight"].astype(np.int32)}),
+            r"'model\.norm\.weight' has dtype I32",
+        ),
+    ],
+    ids=["missing", "extra", "unknown-prefix", "misshapen", "non-finite", "unsupported-dtype"],
+)
+def test_tensor_errors(ckpt: Path, change, message: str) -> None:
+    edit_tensors(ckpt, change)
+    with pytest.raises(WeightsError, match=message):
         load_model(ckpt, "f32")
 
 

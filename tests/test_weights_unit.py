@@ -164,6 +164,14 @@ class TestRows:
         assert Rows([Dense(normal(1, 7)), Dense(normal(2, 7))]).kind == "f32"
 
 
+def refusal(directory: Path, tensors: dict[str, np.ndarray], config: Config = CONFIG) -> str:
+    """The WeightsError read_tensors raises for a checkpoint of TENSORS saved as DIRECTORY/model.safetensors."""
+    save_file(tensors, str(directory / "model.safetensors"))
+    with pytest.raises(WeightsError) as e:
+        read_tensors(directory, config)
+    return str(e.value)
+
+
 class TestReadTensors:
     def test_a_file_path_is_read_as_is(self, ckpt: Path, stored: dict[str, np.ndarray]) -> None:
         got = read_tensors(ckpt / "model.safetensors", CONFIG)
@@ -174,10 +182,7 @@ class TestReadTensors:
     def test_ignored_tensors_do_not_hide_later_ones(self, tmp_path: Path, stored) -> None:
         tensors = {"model." + k: v for k, v in stored.items()}
         tensors |= {"mtp.fc.weight": np.zeros((2, 2), np.float32), "nope.weight": np.zeros(2, np.float32)}
-        save_file(tensors, str(tmp_path / "model.safetensors"))
-        with pytest.raises(WeightsError) as e:
-            read_tensors(tmp_path, CONFIG)
-        assert str(e.value) == (
+        assert refusal(tmp_path, tensors) == (
             f"{tmp_path / 'model.safetensors'}: tensor 'nope.weight' has none of the prefixes {PREFIXES}"
         )
 
@@ -223,10 +228,7 @@ class TestReadTensors:
     def test_a_misshapen_tensor_is_refused_by_its_header(self, tmp_path: Path, stored) -> None:
         tensors = {"model." + k: v for k, v in stored.items()}
         tensors["model.norm.weight"] = np.zeros(255, np.float32)
-        save_file(tensors, str(tmp_path / "model.safetensors"))
-        with pytest.raises(WeightsError) as e:
-            read_tensors(tmp_path, CONFIG)
-        assert str(e.value) == (
+        assert refusal(tmp_path, tensors) == (
             f"{tmp_path / 'model.safetensors'}: tensor 'norm.weight' has shape [255], expected [256]"
         )
 
@@ -235,10 +237,7 @@ class TestReadTensors:
         tensors = {"model." + k: v for k, v in stored.items()} | {
             "lm_head.weight": np.zeros((2, 3), np.float32)
         }
-        save_file(tensors, str(tmp_path / "model.safetensors"))
-        with pytest.raises(WeightsError) as e:
-            read_tensors(tmp_path, Config.from_dict(raw))
-        assert str(e.value) == (
+        assert refusal(tmp_path, tensors, Config.from_dict(raw)) == (
             f"{tmp_path / 'model.safetensors'}: tensor 'lm_head.weight' has shape [2, 3], expected [512, 256]"
         )
 
