@@ -25,41 +25,6 @@ PROTOCOL_VERSIONS = (
     "falsify-engine/1",
 )  # what it speaks; 1 is 1.1 without lanes, sample
 
-# Methods the harness sends, the engine sends, and which of them are notifications (no reply).
-HARNESS_REQUESTS = (
-    "initialize",
-    "shutdown",
-    "load_model",
-    "new_session",
-    "release_session",
-    "generate",
-    "new_state",
-    "copy_state",
-    "release_state",
-    "forward",
-    "state_bytes",
-    "state_digest",
-    "prefill_open",
-    "prefill_step",
-    # 1.1
-    "lane_host",
-    "lane_submit",
-    "lane_round",
-    "lane_cancel",
-    "lane_resume",
-    "lane_leave",
-    "lane_status",
-    "lane_digest",
-    "release_lane_host",
-    "new_sampler",
-    "sample_pick",
-    "sample_draw",
-    "greedy_pick",
-)
-HARNESS_NOTIFICATIONS = ("exit", "$/cancelRequest")
-ENGINE_REQUESTS = ("$/poll", "$/sample")
-ENGINE_NOTIFICATIONS = ("$/forward", "$/token", "$/log")
-
 # Wire capabilities (what `initialize` answers) and the methods each one obliges the engine to serve.
 WIRE_CAPABILITIES: dict[str, tuple[str, ...]] = {
     "generate": ("load_model", "new_session", "release_session", "generate"),
@@ -89,6 +54,17 @@ WIRE_CAPABILITIES: dict[str, tuple[str, ...]] = {
     "sample": ("new_sampler", "sample_pick", "sample_draw", "greedy_pick"),
 }
 V1_CAPABILITIES = ("generate", "state", "prefill")  # what falsify-engine/1 carries
+
+# Methods the harness sends (the lifecycle's two, then every capability's), the engine sends, and which of them are
+# notifications (no reply).
+HARNESS_REQUESTS = (
+    "initialize",
+    "shutdown",
+    *dict.fromkeys(m for methods in WIRE_CAPABILITIES.values() for m in methods),
+)
+HARNESS_NOTIFICATIONS = ("exit", "$/cancelRequest")
+ENGINE_REQUESTS = ("$/poll", "$/sample")
+ENGINE_NOTIFICATIONS = ("$/forward", "$/token", "$/log")
 
 
 class ErrorCode(IntEnum):
