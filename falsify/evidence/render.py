@@ -10,7 +10,7 @@ import re
 from html import escape
 from typing import Any
 
-from falsify.evidence import JUNIT, MUTATION_REPORT
+from falsify.evidence import JUNIT, MUTATION_REPORT, REPORT_HTML, REPORT_MD
 from falsify.evidence.figures import gaps, kill_matrix, mutmut, tolerances
 from falsify.harness.results import counts_text
 
@@ -21,10 +21,25 @@ FIGURE_TITLES = {
     "decode-gaps.svg": "Decode gaps per round",
     "mutmut.svg": "mutmut against its floor",
 }
+Drawn = dict[str, tuple[str, str]]  # figure file name -> (svg, caption)
 _HEX = re.compile(r"\b[0-9a-f]{40,}\b")
 
 
-def figures(ev: dict[str, Any]) -> dict[str, tuple[str, str]]:
+def render_reports(
+    test_result: dict[str, Any], evidence_stmt: dict[str, Any], generated_at: str
+) -> dict[str, bytes]:
+    """Every file rendered from the two statements, by name, in the order the release statement lists them:
+    report.html, REPORT.md, then each figure's SVG by name."""
+    ev = evidence_stmt["predicate"]
+    drawn = figures(ev)
+    return {
+        REPORT_HTML: _html(test_result, ev, generated_at, drawn).encode(),
+        REPORT_MD: _markdown(test_result, ev, generated_at, drawn).encode(),
+        **{name: drawn[name][0].encode() for name in sorted(drawn)},
+    }
+
+
+def figures(ev: dict[str, Any]) -> Drawn:
     """The figures the contract-evidence predicate gives, file name -> (svg, caption); absent when nothing to draw."""
     out = {}
     for name, draw in FIGURES.items():
@@ -211,14 +226,7 @@ def _md_cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def render_markdown(
-    test_result: dict[str, Any],
-    evidence_stmt: dict[str, Any],
-    generated_at: str,
-    drawn: dict[str, tuple[str, str]] | None = None,
-) -> str:
-    ev = evidence_stmt["predicate"]
-    drawn = figures(ev) if drawn is None else drawn
+def _markdown(test_result: dict[str, Any], ev: dict[str, Any], generated_at: str, drawn: Drawn) -> str:
     verdict = ev["verdict"]
     out = [f"# Release evidence: {verdict['decision']}", "", f"**{verdict['summary']}**", ""]
     if verdict["reasons"]:
@@ -353,14 +361,7 @@ def _cls(word: str) -> str:
     return escape(word.replace(" ", ""))
 
 
-def render_html(
-    test_result: dict[str, Any],
-    evidence_stmt: dict[str, Any],
-    generated_at: str,
-    drawn: dict[str, tuple[str, str]] | None = None,
-) -> str:
-    ev = evidence_stmt["predicate"]
-    drawn = figures(ev) if drawn is None else drawn
+def _html(test_result: dict[str, Any], ev: dict[str, Any], generated_at: str, drawn: Drawn) -> str:
     verdict = ev["verdict"]
     go = verdict["decision"] == "GO"
     e = escape

@@ -29,7 +29,7 @@ from falsify.evidence.digests import (
     sha256_file,
 )
 from falsify.evidence.mutation import MutantOutcome, normalise, outcomes
-from falsify.evidence.render import figures, render_html, render_markdown
+from falsify.evidence.render import render_reports
 from falsify.evidence.tree import (
     EvidenceError,
     Inputs,
@@ -263,16 +263,10 @@ def build(
     lines = [canonical(test_result), canonical(contract_evidence)]
     # Reports are rendered from the statements as written (keys sorted), exactly what `verify` reads back.
     test_result, contract_evidence = (json.loads(line) for line in lines)
-    drawn = figures(contract_evidence["predicate"])
-    for name, (svg, _) in drawn.items():
-        files[name] = svg.encode()
-    files[layout.REPORT_MD] = render_markdown(test_result, contract_evidence, generated_at, drawn).encode()
-    files[layout.REPORT_HTML] = render_html(test_result, contract_evidence, generated_at, drawn).encode()
+    rendered = render_reports(test_result, contract_evidence, generated_at)
+    files.update(rendered)
     release = statement(
-        [
-            descriptor(name, sha256_bytes(files[name]))
-            for name in (layout.REPORT_HTML, layout.REPORT_MD, *sorted(drawn))
-        ],
+        [descriptor(name, sha256_bytes(data)) for name, data in rendered.items()],
         layout.RELEASE_REPORT_TYPE,
         {
             "generatedAt": generated_at,

@@ -26,8 +26,6 @@ from falsify.evidence import (
     MUTATION_REPORT,
     MUTMUT_REPORT,
     RELEASE_REPORT_TYPE,
-    REPORT_HTML,
-    REPORT_MD,
     RESULTS,
     SIGNATURES,
     STATEMENT_TYPE,
@@ -35,7 +33,7 @@ from falsify.evidence import (
     TEST_RESULT_TYPE,
 )
 from falsify.evidence.digests import descriptor, sha256_bytes, sha256_file
-from falsify.evidence.render import figures, render_html, render_markdown
+from falsify.evidence.render import render_reports
 from falsify.evidence.statements import RunResults, build
 from falsify.evidence.tree import (
     EvidenceError,
@@ -243,14 +241,9 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
             f"{RESULTS if not results_path.is_file() else JUNIT}: missing, cannot re-derive the verdict"
         )
         return
-    report = None
-    if ev["mutants"]["run"]:
-        if not (bundle / MUTATION_REPORT).is_file():
-            v.problems.append(f"{MUTATION_REPORT}: missing, cannot re-derive the mutant outcomes")
-            return
-        report = _json(bundle / MUTATION_REPORT, v)
-        if report is None:
-            return
+    readable, report = _recorded(bundle, MUTATION_REPORT, ev["mutants"]["run"], "the mutant outcomes", v)
+    if not readable:
+        return
     # The corpus `falsify evidence` read: the project's contracts, its packs' (pyproject.toml, which names the
     # packs, is pinned among the configuration digests), and its mutants.
     dirs = (
@@ -265,22 +258,14 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
     results = _json(results_path, v)
     if results is None:
         return
-    mutmut_report = None
-    if ev.get("mutmut") is not None:
-        if not (bundle / MUTMUT_REPORT).is_file():
-            v.problems.append(f"{MUTMUT_REPORT}: missing, cannot re-derive the mutmut summary")
-            return
-        mutmut_report = _json(bundle / MUTMUT_REPORT, v)
-        if mutmut_report is None:
-            return
-    matrix = None
-    if ev.get("matrix") is not None:
-        if not (bundle / MATRIX).is_file():
-            v.problems.append(f"{MATRIX}: missing, cannot re-derive the engines matrix")
-            return
-        matrix = _json(bundle / MATRIX, v)
-        if matrix is None:
-            return
+    readable, mutmut_report = _recorded(
+        bundle, MUTMUT_REPORT, ev.get("mutmut") is not None, "the mutmut summary", v
+    )
+    if not readable:
+        return
+    readable, matrix = _recorded(bundle, MATRIX, ev.get("matrix") is not None, "the engines matrix", v)
+    if not readable:
+        return
     junit = _bytes(junit_path, v)
     if junit is None:
         return
@@ -325,13 +310,7 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
                 )
     # The reports must say what the recorded statements say (the tree's part is checked above, by digest).
     generated = release["predicate"]["generatedAt"]
-    drawn = figures(ev)
-    expected = {
-        REPORT_MD: render_markdown(test_result, evidence, generated, drawn).encode(),
-        REPORT_HTML: render_html(test_result, evidence, generated, drawn).encode(),
-        **{name: svg.encode() for name, (svg, _) in drawn.items()},
-    }
-    for name, data in expected.items():
+    for name, data in render_reports(test_result, evidence, generated).items():
         path = bundle / name
         named = any(p.startswith(f"{name}:") for p in v.problems)
         if not named and (not path.is_file() or _bytes(path, v) != data):
@@ -387,6 +366,18 @@ def _bytes(path: Path, v: Verification) -> bytes | None:
     except safefile.FileLayerError as exc:
         v.problems.append(f"{exc}; the verdict cannot be re-derived")
         return None
+
+
+def _recorded(bundle: Path, name: str, recorded: bool, derives: str, v: Verification) -> tuple[bool, Any]:
+    """(readable, its JSON) of the bundle's file NAME, which the evidence says the run RECORDED; (True, None) when it
+    did not. Missing or unreadable: a problem saying what cannot be re-derived (DERIVES), and (False, None)."""
+    if not recorded:
+        return True, None
+    if not (bundle / name).is_file():
+        v.problems.append(f"{name}: missing, cannot re-derive {derives}")
+        return False, None
+    data = _json(bundle / name, v)
+    return data is not None, data
 
 
 def _json(path: Path, v: Verification) -> Any:
