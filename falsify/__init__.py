@@ -5,6 +5,7 @@ enforces it):
 
     errors, project, table   shared base: named errors, the project's configuration, plain-text tables;
     boundedjson, safefile    the one reader for JSON falsify did not write; the one file layer for user paths
+    subcommand               how every `falsify` subcommand's parser is made
     contracts/               YAML loading, schema check, formula language, corpus, lint
     engines/                 the engine protocol, loading an engine by name, adapters for engines no one here wrote
     harness/                 falsify.check, the pytest plugin, per-prediction results, the gate

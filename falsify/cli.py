@@ -17,6 +17,7 @@ from pathlib import Path
 from falsify import __version__
 from falsify.errors import FalsifyError
 from falsify.project import Project, find_project
+from falsify.subcommand import add_subcommand
 
 # name -> module; modules are imported only when their command runs, so one broken part cannot break the rest.
 COMMANDS = {
@@ -59,13 +60,7 @@ HELP = {
 
 
 def _parser(sub: argparse._SubParsersAction, name: str, exits: str) -> argparse.ArgumentParser:
-    return sub.add_parser(
-        name,
-        help=HELP[name],
-        description=HELP[name],
-        epilog=f"exit codes: {exits}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    return add_subcommand(sub, name, HELP[name], HELP[name], f"exit codes: {exits}")
 
 
 def add_lint(sub: argparse._SubParsersAction) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from falsify import safefile
 from falsify.project import ProjectError, find_project_or_none
+from falsify.subcommand import add_subcommand
 from falsify.wrapper import DIRECTORY, SUMS, WrapperError, pin
 
 HELP = "write a working starter into this repo: [tool.falsify], a contract, a falsifier, a mutant, CI"
@@ -39,13 +40,7 @@ MAX_READ = 4 * 2**20  # bytes of an existing pyproject.toml or .gitignore init r
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "init",
-        help=HELP,
-        description=__doc__.splitlines()[0],
-        epilog=f"exit codes: {EXITS}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_subcommand(sub, "init", HELP, __doc__, f"exit codes: {EXITS}")
     p.add_argument("directory", nargs="?", type=Path, default=Path("."), help="the repository (default: .)")
 
 

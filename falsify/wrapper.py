@@ -23,6 +23,7 @@ from pathlib import Path
 from falsify import __version__, safefile
 from falsify.contracts.packs import DISTRIBUTION
 from falsify.errors import FalsifyError
+from falsify.subcommand import add_subcommand
 
 DIRECTORY = ".falsify-harness"
 SUMS = "SHA256SUMS"
@@ -44,13 +45,7 @@ class WrapperError(FalsifyError):
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "wrapper",
-        help=HELP,
-        description=__doc__.splitlines()[0],
-        epilog=f"exit codes: {EXITS}",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_subcommand(sub, "wrapper", HELP, __doc__, f"exit codes: {EXITS}")
     p.add_argument("directory", nargs="?", type=Path, default=Path("."), help="the repository (default: .)")
 
 

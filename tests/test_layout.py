@@ -13,7 +13,14 @@ FALSIFY = Path(__file__).resolve().parent.parent / "falsify"
 
 # Lowest first. A module may import from its own layer and the layers before it.
 LAYERS = [
-    ("falsify.errors", "falsify.project", "falsify.table", "falsify.boundedjson", "falsify.safefile"),
+    (
+        "falsify.errors",
+        "falsify.project",
+        "falsify.table",
+        "falsify.boundedjson",
+        "falsify.safefile",
+        "falsify.subcommand",
+    ),
     ("falsify.contracts",),
     ("falsify.engines",),
     ("falsify.harness", "falsify.packs"),  # packs: contracts + falsifiers that run under the harness

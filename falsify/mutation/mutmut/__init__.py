@@ -49,6 +49,7 @@ from falsify.mutation.mutmut.report import render_survivors, to_stryker, verdict
 from falsify.mutation.mutmut.running import run_mutmut
 from falsify.mutation.mutmut.sharded import run_sharded
 from falsify.project import find_project
+from falsify.subcommand import add_subcommand
 
 # The command; its parts: config.py (configuration, run records, baseline), running.py, sharded.py (--executor),
 # report.py.
@@ -56,13 +57,7 @@ HELP = "run mutmut over the engine's sources in a scratch copy; fail below the k
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "mutmut",
-        help=HELP,
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n", 2)[2],
-    )
+    p = add_subcommand(sub, "mutmut", HELP, __doc__)
     p.add_argument(
         "--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)"
     )

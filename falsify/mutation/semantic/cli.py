@@ -22,18 +22,13 @@ from falsify.engines.loading import check_engine, engine_forms, resolve_engine
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
+from falsify.subcommand import add_subcommand
 
 HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "mutants",
-        help=HELP,
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n", 2)[2],
-    )
+    p = add_subcommand(sub, "mutants", HELP, __doc__)
     p.add_argument("ids", nargs="*", help="mutant ids to run (default: every file in the mutants directory)")
     p.add_argument(
         "--engine",
