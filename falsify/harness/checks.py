@@ -93,6 +93,17 @@ class CannotShowHere(Exception):  # a verdict the plugin turns into NOT APPLICAB
         self.prediction_id, self.reason, self.control = prediction_id, reason, control
 
 
+def _plain_values(values: dict[str, Any], where: Callable[[str], str]) -> dict[str, Any]:
+    """Each value as plain data (`plain`); a value that is not is an ObservationError that starts `where(name): `."""
+    out = {}
+    for name, v in values.items():
+        try:
+            out[name] = plain(v)
+        except ObservationError as exc:
+            raise ObservationError(f"{where(name)}: {exc}") from None
+    return out
+
+
 def cannot_show(prediction_id: str, reason: str, **control: Any) -> NoReturn:
     """This machine cannot show `prediction_id` false: the falsifier's own sensitivity control found that the bug
     the prediction is about would leave no trace here (FALSIFY-DET-001 where unpinned BLAS products give the same
@@ -104,12 +115,7 @@ def cannot_show(prediction_id: str, reason: str, **control: Any) -> NoReturn:
     prediction(prediction_id)  # an unknown id is a ContractError
     if not reason.strip():
         raise ContractError(f"{prediction_id}: cannot_show needs the reason this machine cannot show it")
-    values = {}
-    for name, v in control.items():
-        try:
-            values[name] = plain(v)
-        except ObservationError as exc:
-            raise ObservationError(f"{prediction_id}: control value {name}: {exc}") from None
+    values = _plain_values(control, lambda name: f"{prediction_id}: control value {name}")
     raise CannotShowHere(prediction_id, " ".join(reason.split()), values)
 
 
@@ -126,12 +132,7 @@ def check(prediction_id: str, **observed: Any) -> None:
             f"{prediction_id}: {', '.join(unknown)} not declared in {contract.file}; declared: {', '.join(sorted(declared))}"
         )
     where = f"{p.file}:{p.line}"
-    values = {}
-    for name, v in observed.items():
-        try:
-            values[name] = plain(v)
-        except ObservationError as exc:
-            raise ObservationError(f"{prediction_id}: {name} ({where}): {exc}") from None
+    values = _plain_values(observed, lambda name: f"{prediction_id}: {name} ({where})")
     for name, value in values.items():
         if name in p.domain:
             _check_parameter(prediction_id, where, name, value, p.domain[name])
