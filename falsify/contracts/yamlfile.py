@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from falsify import safefile
 from falsify.errors import ContractError, Problem
 
 MAX_BYTES = 1 << 20  # 1 MiB: a contract is prose plus formulas; a larger file is a mistake or an attack
@@ -65,7 +66,9 @@ def read_regular(path: Path, name: str, limit: int = MAX_BYTES) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ContractError(Problem(name, 0, "", f"not a regular file ({_kind(info.st_mode)})", "io"))
+            raise ContractError(
+                Problem(name, 0, "", f"not a regular file ({safefile.kind(info.st_mode)})", "io")
+            )
         if info.st_size > limit:
             raise ContractError(
                 Problem(
@@ -97,19 +100,6 @@ def _why(exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "symlink loop"
     return exc.strerror or str(exc)
-
-
-def _kind(mode: int) -> str:
-    for test, what in (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return what
-    return "not a file"
 
 
 def load_yaml(path: Path, display: str | None = None) -> Located:
