@@ -163,7 +163,8 @@ class Run(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RunRecord:
-    """A `Run` as a frozen record, for adapters to return from `generate` (the broken and HF adapters do)."""
+    """A `Run` as a frozen record, for adapters to return from `generate` (the broken and HF adapters do; the wire
+    client's WireRun adds what it reused)."""
 
     tokens: tuple[int, ...]
     emitted: int

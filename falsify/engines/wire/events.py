@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from falsify.engines.protocol import RunRecord
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection
 from falsify.engines.wire.messages import decode_bytes, decode_f32
@@ -83,17 +84,9 @@ def checked_logits(engine: Any, obj: dict[str, Any], what: str, shape: tuple[int
 
 
 @dataclass(frozen=True, slots=True)
-class WireRun:
-    """What one generate emitted and cost, as the harness counted it from the engine's events."""
+class WireRun(RunRecord):
+    """What one generate emitted and cost, as the harness counted it from the engine's events (polls: counted by
+    the cancel token the harness answered from), with the prompt tokens the engine reused."""
 
-    tokens: tuple[int, ...]
-    emitted: int
-    decode_forwards: int
-    prefill_forwards: int
-    polls: int  # counted by the cancel token the harness answered from
-    positions: tuple[int, ...]
-    wasted_forwards: int
-    stop_reason: str  # "cancelled", "max_tokens" or "stop_token"
-    prompt_len: int
     reused: int
     claims: dict[str, Any] = field(default_factory=dict)  # the engine's own counts: a claim, never the record
