@@ -8,6 +8,7 @@ https://github.com/stryker-mutator/mutation-testing-elements/tree/master/package
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import os
@@ -21,6 +22,16 @@ SCHEMA_VERSION = "2"
 THRESHOLDS = {"high": 80, "low": 60}
 DETECTED = ("Killed", "Timeout")
 UNDETECTED = ("Survived", "NoCoverage")
+
+
+def add_out_option(p: argparse.ArgumentParser, default: Path) -> None:
+    """--out of a command that writes this report (`write_report`), DEFAULT when not given."""
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=default,
+        help=f"where mutation-report.json (Stryker schema) and .html go (default: {default})",
+    )
 
 
 def write_report(data: dict[str, Any], out: Path, title: str) -> tuple[Path, Path]:

@@ -89,12 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the ones now killed)",
     )
     p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path(".falsify/mutmut"),
-        help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutmut)",
-    )
+    stryker.add_out_option(p, Path(".falsify/mutmut"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -158,11 +153,13 @@ def run(args: argparse.Namespace) -> int:
         for why, e in stale:
             print(f"  {e.where or '?'} {e.mutant}: {why}")
     out = args.out if args.out.is_absolute() else project.root / args.out
-    stryker.write_report(to_stryker(result, project.root), out, "falsify mutmut: operator mutants")
+    json_path, html_path = stryker.write_report(
+        to_stryker(result, project.root), out, "falsify mutmut: operator mutants"
+    )
     summary, ok = verdict(result)
     print()
     print(summary)
-    print(f"mutmut: report in {out / 'mutation-report.json'} and {out / 'mutation-report.html'}")
+    print(f"mutmut: report in {json_path} and {html_path}")
     if args.write_baseline:
         path = project.root / config.baseline
         safefile.replace(path, render_baseline(result, baseline).encode(), what="mutmut baseline")

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.loading import check_engine, engine_forms, resolve_engine
+from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
@@ -81,12 +82,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=os.environ.get("RAY_ADDRESS"),
         help="with --executor ray: the cluster, auto or HOST:PORT (default: RAY_ADDRESS, else auto)",
     )
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=Path(".falsify/mutants"),
-        help="where mutation-report.json (Stryker schema) and .html go (default: .falsify/mutants)",
-    )
+    stryker.add_out_option(p, Path(".falsify/mutants"))
 
 
 def run(args: argparse.Namespace) -> int:
