@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from falsify import boundedjson, safefile
+from falsify import boundedjson
 from falsify.evidence import CONTRACT_EVIDENCE_TYPE, STATEMENTS
 from falsify.evidence.tree import EvidenceError
+from falsify.evidence.verify import statement_lines
 
 FACTOR = 2.0
 HELP = "compare two evidence bundles (OLD NEW): changed outcomes, proofs, mutants, engine; exit 1 on a regression"
@@ -42,15 +42,7 @@ class Diff:
 def load_evidence(bundle: Path) -> tuple[dict[str, Any], list[Any]]:
     """(predicate, subjects) of a bundle's contract-evidence statement, or EvidenceError naming the file."""
     path = bundle / STATEMENTS
-    if not bundle.is_dir():
-        raise EvidenceError(f"{bundle}: not a directory")
-    if not os.path.lexists(path):
-        raise EvidenceError(f"{path}: missing (not an evidence bundle)")
-    try:
-        lines = safefile.read_text(path, limit=MAX_STATEMENTS_BYTES, what="statements file").splitlines()
-    except safefile.FileLayerError as exc:
-        raise EvidenceError(str(exc)) from None
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(statement_lines(bundle, MAX_STATEMENTS_BYTES), 1):
         try:
             statement = boundedjson.loads(line, what=f"{path}:{number}", max_bytes=MAX_STATEMENTS_BYTES)
         except boundedjson.JsonFormatError as exc:

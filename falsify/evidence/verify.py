@@ -102,16 +102,24 @@ class Verification:
             )
 
 
-def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]]]:
+def statement_lines(bundle: Path, limit: int = MAX_JSON_BYTES) -> list[bytes]:
+    """The lines of BUNDLE's statements file, read through the file layer (at most LIMIT bytes); an EvidenceError
+    naming the directory or the file otherwise."""
     path = bundle / STATEMENTS
+    if not bundle.is_dir():
+        raise EvidenceError(f"{bundle}: not a directory")
     if path.is_symlink():
         raise EvidenceError(f"{path}: a symlink; a bundle holds only regular files")
     if not os.path.lexists(path):
         raise EvidenceError(f"{path}: no such file (is {bundle} an evidence bundle?)")
     try:
-        lines = safefile.read_bytes(path, limit=MAX_JSON_BYTES, what="statements file").splitlines()
+        return safefile.read_bytes(path, limit=limit, what="statements file").splitlines()
     except safefile.FileLayerError as exc:
         raise EvidenceError(str(exc)) from None
+
+
+def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]]]:
+    lines = statement_lines(bundle)
     by_type: dict[str, dict[str, Any]] = {}
     for i, line in enumerate(lines, 1):
         try:
