@@ -211,6 +211,13 @@ def evidence_args(out: str) -> list[str]:
     ]
 
 
+def evidence_predicate(root: Path, out: str, *extra: str) -> dict[str, Any]:
+    """`falsify evidence` (evidence_args) with EXTRA arguments, which must succeed: the contract-evidence predicate."""
+    proc = falsify_cli(root, *evidence_args(out), *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return statements(root / out)[1]["predicate"]
+
+
 @pytest.fixture
 def verify(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Verify:
     """`falsify verify` in this process (fast): exit code and output, run from the project root given."""
@@ -918,16 +925,14 @@ def test_a_mutmut_report_is_kept_summarised_drawn_and_verified(copy: Path, verif
         pyproject.read_text(encoding="utf-8") + "\n[tool.falsify.mutmut]\nkill_rate_floor = 0.7\n",
         encoding="utf-8",
     )
-    proc = falsify_cli(
+    ev = evidence_predicate(
         root,
-        *evidence_args("with-mutmut"),
+        "with-mutmut",
         "--mutants-report",
         str(copy / "stryker.json"),
         "--mutmut-report",
         str(copy / "mutmut.json"),
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ev = statements(root / "with-mutmut")[1]["predicate"]
     assert ev["mutmut"] == {"killed": 9, "survived": 1, "timeout": 1, "no_tests": 1, "other": 0, "floor": 0.7}
     svg = (root / "with-mutmut" / "mutmut.svg").read_text(encoding="utf-8")
     assert "floor 70%" in svg
@@ -958,16 +963,14 @@ def test_an_engines_matrix_is_kept_shown_and_verified(copy: Path, verify: Verify
         },
     }
     (copy / "matrix.json").write_text(json.dumps(matrix), encoding="utf-8")
-    proc = falsify_cli(
+    ev = evidence_predicate(
         root,
-        *evidence_args("with-matrix"),
+        "with-matrix",
         "--mutants-report",
         str(copy / "stryker.json"),
         "--matrix",
         str(copy / "matrix.json"),
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ev = statements(root / "with-matrix")[1]["predicate"]
     assert ev["matrix"]["outcomes"] == {
         "FALSIFY-TINY-ADD-001": {"tinyengine.engine:TinyEngine": "PASS", "other": "FAIL"}
     }
