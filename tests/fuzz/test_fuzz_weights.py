@@ -24,7 +24,9 @@ import signal
 import struct
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,39 +90,68 @@ def _gguf_accepted_is_valid(path: Path, config: Config) -> None:
     assert all(isinstance(v, int) and v > 0 for v in fields.values()), fields
 
 
-def test_gguf_header_fuzz(tmp_path: Path, alarm: None) -> None:
-    data = base_gguf(tmp_path / "base.gguf")
-    header = min(int(t.data_offset) for t in gguf.GGUFReader(tmp_path / "base.gguf").tensors)
-    rng = random.Random(SEED)
+def fuzz_reads(
+    what: str,
+    seed: int,
+    path: Path,
+    case: Callable[[random.Random], bytes],
+    read: Callable[[Path], Any],
+    named: tuple[type[Exception], ...],
+    accepted: Callable[[Path, bytes, Any, Counter[str]], None],
+) -> Counter[str]:
+    """CASES cases from SEED, each written to PATH and read within the alarm: a NAMED error whose message starts
+    with the path, or a result ACCEPTED checks (and counts); anything else fails naming the case and the seed.
+    The counts by kind, printed with the slowest case."""
+    rng = random.Random(seed)
     seen: Counter[str] = Counter()
     started, slowest = time.monotonic(), 0.0
-    path = tmp_path / "case.gguf"
     for i in range(CASES):
-        path.write_bytes(damage_gguf(rng, data, header))
+        data = case(rng)
+        path.write_bytes(data)
         signal.alarm(ALARM)
         t = time.monotonic()
         try:
-            config = read_config(path)
-        except (WeightsError, ConfigError) as exc:
+            got = read(path)
+        except named as exc:
             assert str(exc).startswith(str(path)), exc
             seen["named"] += 1
         except Exception as exc:
-            raise AssertionError(f"case {i} (seed {SEED}): {type(exc).__name__}: {exc}") from None
+            raise AssertionError(f"case {i} (seed {seed}): {type(exc).__name__}: {exc}") from None
         else:
-            _gguf_accepted_is_valid(path, config)
-            seen["config accepted"] += 1
-            try:  # the whole read: the two tensors are not the model's, so a named missing tensor at the least
-                read_gguf(path)
-            except (WeightsError, ConfigError):
-                seen["read_gguf named"] += 1
+            try:
+                accepted(path, data, got, seen)
             except Exception as exc:
                 raise AssertionError(
-                    f"case {i} (seed {SEED}): read_gguf {type(exc).__name__}: {exc}"
+                    f"case {i} (seed {seed}): accepted, then {type(exc).__name__}: {exc}"
                 ) from None
         slowest = max(slowest, time.monotonic() - t)
         signal.alarm(0)
     print(
-        f"gguf fuzz: {CASES} cases, seed {SEED}: {dict(seen)}; slowest {slowest:.3f} s, {time.monotonic() - started:.1f} s"
+        f"{what} fuzz: {CASES} cases, seed {seed}: {dict(seen)}; slowest {slowest:.3f} s, {time.monotonic() - started:.1f} s"
+    )
+    return seen
+
+
+def test_gguf_header_fuzz(tmp_path: Path, alarm: None) -> None:
+    data = base_gguf(tmp_path / "base.gguf")
+    header = min(int(t.data_offset) for t in gguf.GGUFReader(tmp_path / "base.gguf").tensors)
+
+    def accepted(path: Path, _: bytes, config: Config, seen: Counter[str]) -> None:
+        _gguf_accepted_is_valid(path, config)
+        seen["config accepted"] += 1
+        try:  # the whole read: the two tensors are not the model's, so a named missing tensor at the least
+            read_gguf(path)
+        except (WeightsError, ConfigError):
+            seen["read_gguf named"] += 1
+
+    seen = fuzz_reads(
+        "gguf",
+        SEED,
+        tmp_path / "case.gguf",
+        lambda rng: damage_gguf(rng, data, header),
+        read_config,
+        (WeightsError, ConfigError),
+        accepted,
     )
     assert seen["named"] and seen["config accepted"], seen
 
@@ -190,30 +221,23 @@ def _safetensors_accepted_is_valid(data: bytes, got: dict) -> None:
 
 def test_safetensors_header_fuzz(tmp_path: Path, alarm: None) -> None:
     body, header = base_safetensors(tmp_path / "base.safetensors")
-    rng = random.Random(SEED + 1)
-    seen: Counter[str] = Counter()
-    started, slowest = time.monotonic(), 0.0
-    path = tmp_path / "model.safetensors"
-    for i in range(CASES):
-        data = (
+
+    def case(rng: random.Random) -> bytes:
+        return (
             encode(rng, damage_header(rng, header), body) if rng.random() < 0.9 else encode(rng, header, body)
         )
-        path.write_bytes(data)
-        signal.alarm(ALARM)
-        t = time.monotonic()
-        try:
-            got = read_tensors(path, CONFIG)
-        except WeightsError as exc:
-            assert str(exc).startswith(str(path)), exc
-            seen["named"] += 1
-        except Exception as exc:
-            raise AssertionError(f"case {i} (seed {SEED + 1}): {type(exc).__name__}: {exc}") from None
-        else:
-            _safetensors_accepted_is_valid(data, got)
-            seen["accepted"] += 1
-        slowest = max(slowest, time.monotonic() - t)
-        signal.alarm(0)
-    print(
-        f"safetensors fuzz: {CASES} cases, seed {SEED + 1}: {dict(seen)}; slowest {slowest:.3f} s, {time.monotonic() - started:.1f} s"
+
+    def accepted(_: Path, data: bytes, got: dict[str, np.ndarray], seen: Counter[str]) -> None:
+        _safetensors_accepted_is_valid(data, got)
+        seen["accepted"] += 1
+
+    seen = fuzz_reads(
+        "safetensors",
+        SEED + 1,
+        tmp_path / "model.safetensors",
+        case,
+        lambda path: read_tensors(path, CONFIG),
+        (WeightsError,),
+        accepted,
     )
     assert seen["named"] and seen["accepted"], seen
