@@ -444,6 +444,28 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
     print(f"state machine reach over {examples} examples: {MACHINE_REACH}")
 
 
+def round_judging_waits(
+    host: Any, streams: list[int], prompts: list[int], waited: dict[int, int], **also: Any
+) -> None:
+    """One round, then FALSIFY-SERVE-PREFILL-009 on the host so far: each of PROMPTS still prefilling has waited one
+    round more, unless the round served it; the decode gaps of STREAMS against the longest wait (ALSO: further
+    observations)."""
+    report = host.round()
+    served = report.prefilled[0] if report.prefilled else None
+    prefilling = [s for s in prompts if str(host.stats(s).phase) == "prefill"]
+    for sid in prefilling:
+        waited[sid] = 0 if sid == served else waited[sid] + 1
+    gaps = [g for s in streams for g in host.decode_gaps(s)]
+    if gaps:  # an empty list would be a vacuous check
+        falsify.check(
+            "FALSIFY-SERVE-PREFILL-009",
+            gaps=gaps,
+            max_wait=max([waited[s] for s in prefilling], default=0),
+            streams=len(streams),
+            **also,
+        )
+
+
 # Two prompts of three chunks each beside one decoding stream: the round-robin bound (max_wait < streams = 3) is
 # tight here. The state machine's programs hold three streams with prompts of at most three chunks, where a host
 # that lets the first prompt keep the prefill turn to its end still stayed within the bound (mutant
@@ -458,19 +480,7 @@ def test_two_long_prompts_take_turns(engine: Any, model: Any, seed: int) -> None
     streams = [decoding, *prompts]
     waited = dict.fromkeys(prompts, 0)
     while host.busy():
-        report = host.round()
-        served = report.prefilled[0] if report.prefilled else None
-        prefilling = [s for s in prompts if str(host.stats(s).phase) == "prefill"]
-        for sid in prefilling:
-            waited[sid] = 0 if sid == served else waited[sid] + 1
-        gaps = [g for s in streams for g in host.decode_gaps(s)]
-        if gaps:  # an empty list would be a vacuous check
-            falsify.check(
-                "FALSIFY-SERVE-PREFILL-009",
-                gaps=gaps,
-                max_wait=max([waited[s] for s in prefilling], default=0),
-                streams=len(streams),
-            )
+        round_judging_waits(host, streams, prompts, waited)
 
 
 # cancel -> resume -> round on the same prefilling stream, round after round, beside another prompt and a decoding
@@ -499,16 +509,4 @@ def test_a_stream_cancelled_and_resumed_every_round_never_jumps_the_queue(
             host.cancel(churn)
             host.resume(churn)
             waited[churn] = 0  # a resumed stream waits from its resume, as a new arrival
-        report = host.round()
-        served = report.prefilled[0] if report.prefilled else None
-        for sid in prefilling():
-            waited[sid] = 0 if sid == served else waited[sid] + 1
-        gaps = [g for s in streams for g in host.decode_gaps(s)]
-        if gaps:  # an empty list would be a vacuous check
-            falsify.check(
-                "FALSIFY-SERVE-PREFILL-009",
-                gaps=gaps,
-                max_wait=max([waited[s] for s in prefilling()], default=0),
-                streams=len(streams),
-                churned=churned,
-            )
+        round_judging_waits(host, streams, [churn, other], waited, churned=churned)
