@@ -52,10 +52,17 @@ class Refusal(Exception):
 
 
 class Link:
-    """The way back to the harness while a request is served: notifications and requests of the engine's own."""
+    """The way back to the harness while a request is served: notifications and requests of the engine's own,
+    each message one line written to `out` (stdout, or the HTTP response being served)."""
+
+    out: Any
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.out.write(_dump(message))
+        self.out.flush()
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
-        raise NotImplementedError
+        self.send({"method": method, "params": params})
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
@@ -360,13 +367,6 @@ class StdioLink(Link):
         self.inp, self.out = inp, out
         self._next = 0
 
-    def send(self, message: dict[str, Any]) -> None:
-        self.out.write(_dump(message))
-        self.out.flush()
-
-    def notify(self, method: str, params: dict[str, Any]) -> None:
-        self.send({"method": method, "params": params})
-
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         self._next += 1
         mine = self._next
@@ -414,13 +414,6 @@ class HttpLink(Link):
 
     def __init__(self, server: _Server, out: Any) -> None:  # the handler's wfile
         self.server, self.out = server, out
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.out.write(_dump(message))
-        self.out.flush()
-
-    def notify(self, method: str, params: dict[str, Any]) -> None:
-        self.send({"method": method, "params": params})
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         mine, slot = self.server.open_slot()
