@@ -149,3 +149,34 @@ def test_install_hints_name_packages_by_the_module_that_was_missing() -> None:
     assert install_hint("transformers.models") == install_hint("torch")
     assert "pip install llama-cpp-python" in install_hint("llama_cpp")
     assert install_hint("numpy") == ""
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (None, 7.0),
+        ("2.5", 2.5),
+        ("x", "FALSIFY_TEST_SECONDS='x' is not a number"),
+        ("0", "FALSIFY_TEST_SECONDS='0' must be a finite number > 0"),
+        ("nan", "FALSIFY_TEST_SECONDS='nan' must be a finite number > 0"),
+        ("inf", "FALSIFY_TEST_SECONDS='inf' must be a finite number > 0"),
+    ],
+)
+def test_an_adapters_number_setting_is_its_default_a_positive_number_or_its_named_error(
+    monkeypatch: pytest.MonkeyPatch, raw: str | None, expected: float | str
+) -> None:
+    from falsify.engines.env_settings import positive_number
+
+    class SettingError(Exception):
+        pass
+
+    if raw is None:
+        monkeypatch.delenv("FALSIFY_TEST_SECONDS", raising=False)
+    else:
+        monkeypatch.setenv("FALSIFY_TEST_SECONDS", raw)
+    if isinstance(expected, float):
+        assert positive_number("FALSIFY_TEST_SECONDS", 7.0, SettingError) == expected
+    else:
+        with pytest.raises(SettingError) as info:
+            positive_number("FALSIFY_TEST_SECONDS", 7.0, SettingError)
+        assert str(info.value) == expected

@@ -7,13 +7,13 @@ from __future__ import annotations
 import contextlib
 import http.client
 import math
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from falsify import boundedjson
+from falsify.engines.env_settings import positive_number
 from falsify.errors import FalsifyError
 
 TIMEOUT_ENV = "FALSIFY_OPENAI_TIMEOUT"
@@ -60,16 +60,7 @@ class Completion:
 
 
 def _timeout() -> float:
-    raw = os.environ.get(TIMEOUT_ENV)
-    if raw is None:
-        return REQUEST_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        raise OpenAIError(f"{TIMEOUT_ENV}={raw!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise OpenAIError(f"{TIMEOUT_ENV}={raw!r} must be a finite number > 0")
-    return value
+    return positive_number(TIMEOUT_ENV, REQUEST_TIMEOUT, OpenAIError)
 
 
 @contextlib.contextmanager

@@ -20,8 +20,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.metadata
-import math
-import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from falsify.engines.cancel import HarnessCancel
+from falsify.engines.env_settings import positive_number
 from falsify.engines.prefill import Stepped
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
@@ -55,19 +54,6 @@ SERVED = {
 }
 
 
-def _env_number(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise errors.EngineStartError(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise errors.EngineStartError(f"{name}={raw!r} must be a finite number > 0")
-    return value
-
-
 class WireEngine:
     """The engine object `--engine exec:...` / `--engine http://...` makes. Connects on first use, so a failure to
     start or handshake is an ERROR for each prediction it touches, named, rather than a crash at collection."""
@@ -75,8 +61,10 @@ class WireEngine:
     def __init__(self, spec: str) -> None:
         self.spec = spec
         self.name = spec
-        self.timeout = _env_number("FALSIFY_WIRE_TIMEOUT", DEFAULT_TIMEOUT)
-        self.max_line = int(_env_number("FALSIFY_WIRE_MAX_LINE", DEFAULT_MAX_LINE))
+        self.timeout = positive_number("FALSIFY_WIRE_TIMEOUT", DEFAULT_TIMEOUT, errors.EngineStartError)
+        self.max_line = int(
+            positive_number("FALSIFY_WIRE_MAX_LINE", DEFAULT_MAX_LINE, errors.EngineStartError)
+        )
         self.info: dict[str, Any] = {}
         self.capabilities: frozenset[str] = frozenset()
         self.version = ""  # the protocol version the engine answered initialize with
