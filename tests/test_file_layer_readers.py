@@ -9,11 +9,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hang_bound import hang_bound
 
 from falsify import boundedjson, safefile
 from falsify.engines.adapters.llamacpp_files import CheckpointError, checkpoint_config
@@ -31,14 +31,8 @@ Make = Callable[[Path], object]
 
 @pytest.fixture(autouse=True)
 def _alarm() -> Iterator[None]:
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError("a read hung past the test's 20 s bound")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with hang_bound(20, "a read"):
+        yield
 
 
 HOSTILE: list[tuple[str, Make, str]] = [

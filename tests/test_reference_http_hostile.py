@@ -6,7 +6,6 @@ in the servers). In process, on 127.0.0.1; each test is bounded by SIGALRM."""
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import threading
 import time
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hang_bound import hang_bound
 
 from reference import openai_server, serve
 
@@ -22,14 +22,8 @@ IDLE = 0.5
 
 @pytest.fixture(autouse=True)
 def _alarm() -> Iterator[None]:
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError("past the test's 20 s bound")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
+    with hang_bound(20, "a server or its client"):
+        yield
 
 
 def _run(server: Any) -> Iterator[int]:
