@@ -288,8 +288,8 @@ def test_llama_server_one_slot_findings(tmp_path_factory: pytest.TempPathFactory
     processed (OAI-003 FAIL); after a request sharing 40 tokens of its prompt, a prompt's reply differs from the
     fresh one (OAI-009 FAIL: the prompt cache's reuse is not exact for this hybrid recurrent model; with 8 shared
     tokens it is). OAI-002 is not pinned: the server's own counter rose 3 and 9 tokens past the hang-up in one run
-    and 313 and 25 in another, both at load 7-10 (docs/findings.md: the bound in tokens is not yet derived from
-    what the server can decode while it notices the hang-up)."""
+    and 313 and 25 in another, both at load 7-10, under the bare 32; its bound now adds the tokens the server
+    could decode before the hang-up reached it (ahead_tokens), measured in one run so far (docs/findings.md)."""
     run = run_of("llama-server", 1, tmp_path_factory)
     assert run["returncode"] == 1, run["stdout"][-3000:]
     oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
@@ -308,7 +308,8 @@ def test_llama_server_one_slot_findings(tmp_path_factory: pytest.TempPathFactory
             run, "FALSIFY-OAI-002", f"test_the_servers_counter_agrees_that_a_hung_up_stream_stopped[{k}]"
         )
         print(
-            f"llama-server -np 1, k = {k}: its counter rose {counter['reported_extra_tokens']} tokens past the hang-up"
+            f"llama-server -np 1, k = {k}: its counter rose {counter['reported_extra_tokens']} tokens past the "
+            f"hang-up; it could decode {counter.get('ahead_tokens', float('nan')):.1f} before the hang-up reached it"
         )
     reuse = values(run, "FALSIFY-OAI-009", "test_a_reused_prefix_gives_the_fresh_reply[40]")
     assert reuse["fresh_tokens"] != reuse["reused_tokens"], reuse
