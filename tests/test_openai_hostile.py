@@ -63,12 +63,31 @@ class Hostile:
                     if not chunk:
                         return
                     data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                while (
+                    len(body) < length
+                ):  # the whole request read: closing on unread bytes sends a reset, which
+                    chunk = conn.recv(65536)  # can destroy the reply before the client reads it
+                    if not chunk:
+                        return
+                    body += chunk
                 path = data.split(b" ", 2)[1].decode()
                 answer = self.answers.get(path, self.answers.get("*"))
                 if callable(answer):
                     answer(conn)
                 elif answer is not None:
                     conn.sendall(answer)
+                conn.shutdown(socket.SHUT_WR)  # end of reply; then wait for the client to hang up
+                while conn.recv(65536):
+                    pass
             except OSError:
                 pass  # the client hung up: what a deadline does
 
