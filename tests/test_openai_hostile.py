@@ -254,3 +254,33 @@ def test_a_well_formed_reply_is_still_read() -> None:
     finally:
         server.close()
         streamed.close()
+
+
+def test_one_slot_is_judged_on_three_alike_measures_and_parallel_on_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only parallel slots can end a request inside another's stream, so one such measure decides; a loaded client
+    that stalls the short request once must not pass for a one-slot server (tests/test_openai_pack.py's 4 slots
+    were once measured as one). The measures here are scripted: (parallel, detail), or None for a stream that ended
+    early."""
+
+    def scripted(*measures: tuple[bool, str] | None) -> tuple[OpenAIEngine, list[int]]:
+        engine = OpenAIEngine("openai+http://127.0.0.1:9", model="m")
+        queue, seeds = list(measures), []
+
+        def measure(seed: int) -> tuple[bool, str] | None:
+            seeds.append(seed)
+            return queue.pop(0)
+
+        monkeypatch.setattr(engine, "_measure_concurrency", measure)
+        return engine, seeds
+
+    engine, seeds = scripted((False, "stalled"), (True, "parallel slots"))
+    assert engine.concurrency() == (True, "parallel slots") and seeds == [1, 1]
+    assert engine.concurrency() == (True, "parallel slots") and seeds == [1, 1]  # measured once per engine
+    engine, seeds = scripted(None, (False, "a"), (False, "b"), (False, "c"))
+    assert engine.concurrency() == (False, "c; one slot in 3 of 3 measures") and seeds == [1, 2, 2, 2]
+    engine, seeds = scripted(None, None, None, None, None)
+    with pytest.raises(OpenAIError, match="is not measured"):
+        engine.concurrency()
+    assert seeds == [1, 2, 3, 4, 5]
