@@ -33,7 +33,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from falsify.engines.adapters.openai_replies import (
@@ -52,6 +53,8 @@ from falsify.engines.adapters.openai_replies import (
     _whole,
 )
 from falsify.engines.deadline_http import DeadlineConnection
+
+T = TypeVar("T")
 
 MODEL_ENV = "FALSIFY_ENGINE_MODEL"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -353,18 +356,34 @@ class OpenAIEngine:
     ) -> Stream:
         """Send a streamed request; return when the response headers arrive (wait=False: as soon as it is sent,
         for a client that hangs up before the server answered anything)."""
+        return self._text_fallback(prompt, lambda: self._open_stream(prompt, max_tokens, wait=wait, **kw))
+
+    def _text_fallback(self, prompt: list[int] | str, send: Callable[[], T]) -> T:
+        """send(); a token-id prompt refused with a status other than 200 is sent again once as text, and text
+        prompts stay on only when that succeeds (else the first refusal is reported)."""
         try:
-            return self._open_stream(prompt, max_tokens, wait=wait, **kw)
+            return send()
         except StatusError as refusal:
             if not self._text_instead(prompt, refusal):
                 raise
             try:
-                stream = self._open_stream(prompt, max_tokens, wait=wait, **kw)
+                got = send()
             except OpenAIError:
                 self._text_refused()
                 raise refusal from None
             print(f"falsify: engine {self.spec!r}: {self.text_prompts}", file=sys.stderr)
-            return stream
+            return got
+
+    @staticmethod
+    def _post(conn: DeadlineConnection, path: str, body: dict[str, Any]) -> None:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+
+    @staticmethod
+    def _answer(conn: DeadlineConnection, path: str) -> http.client.HTTPResponse:
+        response = conn.getresponse()
+        if response.status != 200:
+            raise StatusError(f"POST {path} answered {response.status}: {response.read(300)!r}")
+        return response
 
     def _open_stream(
         self, prompt: list[int] | str, max_tokens: int, *, wait: bool = True, **kw: Any
@@ -377,17 +396,10 @@ class OpenAIEngine:
         t0 = time.perf_counter()
         try:
             with _reading(f"POST {path}", self.timeout):
-                conn.request(
-                    "POST",
-                    path,
-                    json.dumps(self.body(prompt, max_tokens, stream=True, **kw)),
-                    {"Content-Type": "application/json"},
-                )
+                self._post(conn, path, self.body(prompt, max_tokens, stream=True, **kw))
                 if not wait:
                     return Stream(conn, None, t0, self.timeout)
-                response = conn.getresponse()
-                if response.status != 200:
-                    raise StatusError(f"POST {path} answered {response.status}: {response.read(300)!r}")
+                response = self._answer(conn, path)
         except BaseException:
             conn.close()
             raise
@@ -395,18 +407,7 @@ class OpenAIEngine:
 
     def complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         """One request, read to its end."""
-        try:
-            return self._complete(prompt, max_tokens, **kw)
-        except StatusError as refusal:
-            if not self._text_instead(prompt, refusal):
-                raise
-            try:
-                reply = self._complete(prompt, max_tokens, **kw)
-            except OpenAIError:
-                self._text_refused()
-                raise refusal from None
-            print(f"falsify: engine {self.spec!r}: {self.text_prompts}", file=sys.stderr)
-            return reply
+        return self._text_fallback(prompt, lambda: self._complete(prompt, max_tokens, **kw))
 
     def _complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         chat, stream = bool(kw.get("chat")), bool(kw.get("stream"))
@@ -415,15 +416,8 @@ class OpenAIEngine:
         t0 = time.perf_counter()
         try:
             with _reading(f"POST {path}", self.timeout):
-                conn.request(
-                    "POST",
-                    path,
-                    json.dumps(self.body(prompt, max_tokens, **kw)),
-                    {"Content-Type": "application/json"},
-                )
-                response = conn.getresponse()
-                if response.status != 200:
-                    raise StatusError(f"POST {path} answered {response.status}: {response.read(300)!r}")
+                self._post(conn, path, self.body(prompt, max_tokens, **kw))
+                response = self._answer(conn, path)
                 if not stream:
                     reply = _json(_body(response, f"POST {path}"), f"POST {path}'s reply")
                     seconds = time.perf_counter() - t0
