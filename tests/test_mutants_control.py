@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from test_mutants_runner import falsify, toy  # noqa: F401  (toy: the fixture)
 
+from falsify import safefile
+from falsify.harness.results import Outcome, PredictionResult
 from falsify.mutation.semantic import control
 
 REUSED = "mutants: control reused from .falsify/control/"
@@ -161,3 +163,36 @@ def _green_fields() -> dict[str, object]:
         "durations": {},
         "targets": {},
     }
+
+
+def test_a_link_or_fifo_in_an_entrys_place_is_refused_never_followed(tmp_path: Path) -> None:
+    """The store is read and written through the file layer: a FIFO is refused at once (no hang), a symlink is
+    neither read nor written through (its target is untouched)."""
+    path = control.path_of(tmp_path, "a" * 64)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    with pytest.raises(control.CorruptEntry, match="not a regular file"):
+        control.load(tmp_path, "a" * 64)
+    path.unlink()
+    target = tmp_path / "elsewhere.json"
+    target.write_text("{}", encoding="utf-8")
+    path.symlink_to(target)
+    with pytest.raises(control.CorruptEntry, match=str(path)):
+        control.load(tmp_path, "a" * 64)
+    with pytest.raises(safefile.FileLayerError, match="symlink"):
+        control.store(tmp_path, "a" * 64, _green_fields())
+    assert target.read_text(encoding="utf-8") == "{}"
+
+
+def test_a_row_round_trips_and_a_row_with_other_fields_is_refused(tmp_path: Path) -> None:
+    result = PredictionResult(
+        "FALSIFY-TOY-001", "toy-v1", Outcome.PASS, ("t::a", "t::b"), (), 0.25, 3, "", {"n": [1, 2]},
+        skipped=1, corners=("empty",), corners_reached=("empty",), cannot_show=True,
+    )  # fmt: skip
+    fields = {**_green_fields(), "rows": [result]}
+    control.store(tmp_path, "a" * 64, fields)
+    stored = control.load(tmp_path, "a" * 64)
+    assert stored is not None and stored.fields["rows"] == [result]
+    row = control._row(result)
+    with pytest.raises(KeyError, match="a row's fields are"):
+        control._unrow({**row, "extra": 1})

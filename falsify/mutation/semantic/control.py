@@ -31,12 +31,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from falsify import safefile
 from falsify.harness.results import Outcome, PredictionResult
 from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
 
 VERSION = 1  # of the entry format
 DIRECTORY = Path(".falsify/control")
 KEEP = 8  # stored controls kept (the most recent)
+MAX_ENTRY_BYTES = 64 * 2**20  # a stored control's file
 ENV = (  # what changes the bytes of a forward or the examples hypothesis draws
     "OPENBLAS_CORETYPE",
     "OPENBLAS_NUM_THREADS",
@@ -198,12 +200,9 @@ def store(root: Path, entry_key: str, fields: dict[str, Any]) -> Path:
         "control": {**fields, "rows": rows},
     }
     path = path_of(root, entry_key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(
-        json.dumps({**body, "sha256": _body_sha(body)}, indent=1, sort_keys=True), encoding="utf-8"
-    )
-    os.replace(tmp, path)
+    safefile.make_dirs(path.parent, what="control store", root=root)
+    data = json.dumps({**body, "sha256": _body_sha(body)}, indent=1, sort_keys=True).encode()
+    safefile.replace(path, data, what="stored control", root=root)  # atomic, never through a link
     # Every edit of the tree makes a new key: keep the KEEP most recent entries, not one per edit forever.
     entries = sorted(path.parent.glob("*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
     for stale in entries[KEEP:]:
@@ -215,16 +214,12 @@ def store(root: Path, entry_key: str, fields: dict[str, Any]) -> Path:
 def load(root: Path, entry_key: str) -> Stored | None:
     """The stored control of this key; None when there is none; CorruptEntry when the file cannot be trusted."""
     path = path_of(root, entry_key)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CorruptEntry(f"{path}: unreadable ({exc})") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CorruptEntry(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from None
+        data = safefile.read_json(path, limit=MAX_ENTRY_BYTES, what="stored control", root=root)
+    except safefile.FileLayerError as exc:  # a link, a FIFO, too large, not UTF-8 or not JSON
+        raise CorruptEntry(f"not JSON or not readable: {exc}") from None
     if not isinstance(data, dict):
         raise CorruptEntry(f"{path}: not a control entry (a JSON {type(data).__name__})")
     claimed = data.pop("sha256", None)
@@ -245,43 +240,24 @@ def load(root: Path, entry_key: str) -> Stored | None:
     return Stored(control, recorded, path)
 
 
+TUPLE_FIELDS = (
+    "tests",
+    "failing_tests",
+    "corners",
+    "corners_reached",
+)  # PredictionResult's tuples (JSON lists)
+
+
 def _row(r: PredictionResult) -> dict[str, Any]:
-    return {
-        "id": r.id,
-        "contract": r.contract,
-        "outcome": r.outcome.value,
-        "tests": list(r.tests),
-        "failing_tests": list(r.failing_tests),
-        "seconds": r.seconds,
-        "checks": r.checks,
-        "detail": r.detail,
-        "values": r.values,
-        "skipped": r.skipped,
-        "not_applicable": r.not_applicable,
-        "vacuous": r.vacuous,
-        "corners": list(r.corners),
-        "corners_reached": list(r.corners_reached),
-        "cannot_show": r.cannot_show,
-    }
+    return {**{f.name: getattr(r, f.name) for f in fields(r)}, "outcome": r.outcome.value}
 
 
 def _unrow(d: dict[str, Any]) -> PredictionResult:
+    names = {f.name for f in fields(PredictionResult)}
+    if set(d) != names:
+        raise KeyError(f"a row's fields are {sorted(d)}, not {sorted(names)}")
     return PredictionResult(
-        id=d["id"],
-        contract=d["contract"],
-        outcome=Outcome(d["outcome"]),
-        tests=tuple(d["tests"]),
-        failing_tests=tuple(d["failing_tests"]),
-        seconds=float(d["seconds"]),
-        checks=int(d["checks"]),
-        detail=d["detail"],
-        values=d["values"],
-        skipped=int(d["skipped"]),
-        not_applicable=int(d["not_applicable"]),
-        vacuous=int(d["vacuous"]),
-        corners=tuple(d["corners"]),
-        corners_reached=tuple(d["corners_reached"]),
-        cannot_show=bool(d["cannot_show"]),
+        **{**d, "outcome": Outcome(d["outcome"])} | {k: tuple(d[k]) for k in TUPLE_FIELDS}
     )
 
 
@@ -315,7 +291,10 @@ def reuse_or_run(
         kept = {
             f.name: getattr(control, f.name) for f in fields(Control) if f.name not in ("reused", "recorded")
         }
-        store(root, entry, kept)
+        try:
+            store(root, entry, kept)
+        except safefile.FileLayerError as exc:  # the run stands; only its reuse is lost
+            say(f"mutants: control not stored — {exc}")
     return control
 
 
