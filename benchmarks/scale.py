@@ -23,7 +23,6 @@ import os
 import re
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,10 +34,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-# cluster_run: the loopback node options and the stop that ends only this cluster (one copy, the test's)
+# cluster_run: starting the loopback nodes and the stop that ends only this cluster (one copy, the test's)
 sys.path.insert(0, str(ROOT / "tests" / "scale"))
 
-from cluster_run import NODE, own_processes, stop_own_cluster  # noqa: E402
+from cluster_run import free_port, own_processes, start_head, start_worker, stop_own_cluster  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -247,29 +246,12 @@ def repeat(project: Path, times: int) -> None:
 
 
 def with_cluster(nodes: int, fn: Callable[[dict[str, str], str, str], Any]) -> Any:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
     ray = str(BIN / "ray")
     temp = tempfile.mkdtemp(prefix="falsify-ray-bench-")
-    subprocess.run(
-        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=300,
-    )
-    workers = [
-        subprocess.Popen(
-            [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
-        for _ in range(nodes - 1)
-    ]
+    start_head(ray, port, temp, env, timeout=300)
+    workers = [start_worker(ray, port, temp, env) for _ in range(nodes - 1)]
     try:
         probe = f"import ray,time\nray.init(logging_level='ERROR', _node_ip_address='127.0.0.1')\nwhile len([n for n in ray.nodes() if n['Alive']]) < {nodes}: time.sleep(0.5)"
         subprocess.run([str(BIN / "python"), "-c", probe], env=env, check=True, timeout=300)

@@ -14,6 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from gate_cli import run_cli
+from mutmut_toy import TOY, UNCOVERED, copy_toy, set_up_mutmut
 
 from falsify.mutation.mutmut.config import (
     Baseline,
@@ -30,7 +31,6 @@ from falsify.mutation.mutmut.report import verdict
 from falsify.mutation.mutmut.running import changed_lines, function_patterns
 from falsify.project import Project
 
-TOY = Path(__file__).parent / "fixtures" / "mutants" / "toy"
 SCHEMA = (
     Path(__file__).parent / "data" / "mutation-testing-report-schema" / "mutation-testing-report-schema.json"
 )
@@ -244,19 +244,9 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
     if shutil.which("git") is None:
         pytest.skip("needs git")
     pytest.importorskip("mutmut")
-    root = tmp_path / "toy"
-    shutil.copytree(TOY, root, ignore=shutil.ignore_patterns("__pycache__"))
-    with (root / "pyproject.toml").open("a", encoding="utf-8") as f:
-        f.write(
-            '\n[tool.falsify.mutmut]\nkill_rate_floor = 0\npaths = ["toy/loop.py"]\n'
-            'tests = ["tests/check_toy.py"]\ntimeout = 900\n'
-        )
+    root = copy_toy(tmp_path / "toy")
     # A function no test calls: its mutants survive ("no tests"), and no baseline lists them: the run fails.
-    with (root / "toy" / "loop.py").open("a", encoding="utf-8") as f:
-        f.write('\n\ndef describe(n: int) -> str:\n    return "tokens: " + str(n + 1)\n')
-    uncovered = (root / "toy" / "loop.py").read_text(encoding="utf-8").splitlines().index(
-        '    return "tokens: " + str(n + 1)'
-    ) + 1
+    uncovered = set_up_mutmut(root, "timeout = 900\n")
     for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "toy"]):
         subprocess.run([*GIT, *cmd], cwd=root, check=True, capture_output=True)
     (tmp_path / "tmp").mkdir()
@@ -269,7 +259,7 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
     # Survivors by file:line, with the original and the mutated line.
     listed = [line for line in out.splitlines() if line.startswith(f"toy/loop.py:{uncovered} ")]
     assert listed and all("no tests" in line for line in listed)
-    assert any('return "tokens: " + str(n + 1)' in line for line in listed)
+    assert any(UNCOVERED.strip() in line for line in listed)
     # The working tree, its own mutants/ directory included, is untouched; no scratch copy is left.
     status = subprocess.run(
         ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True

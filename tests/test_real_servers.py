@@ -262,6 +262,20 @@ LLAMA_SERVER_SHARED = {
 }
 
 
+def llama_server_findings(
+    slots: int, factory: pytest.TempPathFactory, unpinned: str, pinned: dict[str, str]
+) -> dict[str, Any]:
+    """The gate on llama-server -np `slots`: red, with the verdicts LLAMA_SERVER_SHARED and `pinned` name, and
+    `unpinned`'s measured and printed but not pinned (PASS or FAIL); then what check_llama_server_shared checks."""
+    run = run_of("llama-server", slots, factory)
+    assert run["returncode"] == 1, run["stdout"][-3000:]
+    oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
+    assert oai.pop(unpinned) in ("PASS", "FAIL"), run["stdout"][-3000:]
+    assert oai == LLAMA_SERVER_SHARED | pinned, run["stdout"][-3000:]
+    check_llama_server_shared(run)
+    return run
+
+
 def check_llama_server_shared(run: dict[str, Any]) -> None:
     """What llama-server does with 1 slot and with 4 alike. A token whose text ends inside a multi-byte UTF-8
     character gets no logprob entry: server-context.cpp calls `slot.add_token(result)` (which keeps the entry)
@@ -290,17 +304,17 @@ def test_llama_server_one_slot_findings(tmp_path_factory: pytest.TempPathFactory
     tokens it is). OAI-002 is not pinned: the server's own counter rose 3 and 9 tokens past the hang-up in one run
     and 313 and 25 in another, both at load 7-10, under the bare 32; its bound now adds the tokens the server
     could decode before the hang-up reached it (ahead_tokens), measured in one run so far (docs/findings.md)."""
-    run = run_of("llama-server", 1, tmp_path_factory)
-    assert run["returncode"] == 1, run["stdout"][-3000:]
-    oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
-    assert oai.pop("OAI-002") in ("PASS", "FAIL"), run["stdout"][-3000:]  # measured, printed, not pinned
-    assert oai == LLAMA_SERVER_SHARED | {
-        "OAI-001": "PASS",
-        "OAI-003": "FAIL",
-        "OAI-008": "NOT APPLICABLE",  # one slot, measured
-        "OAI-009": "FAIL",
-    }, run["stdout"][-3000:]
-    check_llama_server_shared(run)
+    run = llama_server_findings(
+        1,
+        tmp_path_factory,
+        unpinned="OAI-002",
+        pinned={
+            "OAI-001": "PASS",
+            "OAI-003": "FAIL",
+            "OAI-008": "NOT APPLICABLE",  # one slot, measured
+            "OAI-009": "FAIL",
+        },
+    )
     for k in (1, 5):
         hung = values(run, "FALSIFY-OAI-001", f"test_a_stream_hung_up_after_k_tokens_frees_the_slot[{k}]")
         assert hung["extra_tokens"] <= 32, hung
@@ -329,17 +343,17 @@ def test_llama_server_four_slots_findings(tmp_path_factory: pytest.TempPathFacto
     the other two: which decode steps share a batch depends on timing), so the verdict is printed, not pinned, and
     the gap is pinned below 1e-3 (float32 rounding, not another request's row); the disconnect predictions need one
     slot (NOT APPLICABLE, measured)."""
-    run = run_of("llama-server", 4, tmp_path_factory)
-    assert run["returncode"] == 1, run["stdout"][-3000:]
-    oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
-    assert oai.pop("OAI-008") in ("PASS", "FAIL"), run["stdout"][-3000:]  # measured, printed, not pinned
-    assert oai == LLAMA_SERVER_SHARED | {
-        "OAI-001": "NOT APPLICABLE",
-        "OAI-002": "NOT APPLICABLE",
-        "OAI-003": "NOT APPLICABLE",
-        "OAI-009": "PASS",
-    }, run["stdout"][-3000:]
-    check_llama_server_shared(run)
+    run = llama_server_findings(
+        4,
+        tmp_path_factory,
+        unpinned="OAI-008",
+        pinned={
+            "OAI-001": "NOT APPLICABLE",
+            "OAI-002": "NOT APPLICABLE",
+            "OAI-003": "NOT APPLICABLE",
+            "OAI-009": "PASS",
+        },
+    )
     for k in (1, 3):
         batched = values(
             run, "FALSIFY-OAI-008", f"test_a_request_gives_the_same_reply_alone_and_batched[{k}]"

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mutmut_toy import copy_toy, set_up_mutmut
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.scale
@@ -35,9 +36,7 @@ needs_netns = pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n
 
 @pytest.fixture
 def toy(tmp_path: Path) -> Path:
-    root = tmp_path / "toy"
-    shutil.copytree(HERE / "fixtures" / "mutants" / "toy", root, ignore=shutil.ignore_patterns("__pycache__"))
-    return root
+    return copy_toy(tmp_path / "toy")
 
 
 def normalised_report(root: Path) -> dict:
@@ -126,13 +125,7 @@ def test_mutmut_over_ray_gives_the_local_report(toy: Path, tmp_path: Path) -> No
     """`falsify mutmut --executor ray` on the two-node cluster: the same mutants with the same statuses, the same
     kill rate and verdict as mutmut's own local run. One module (toy/loop.py, ~29 mutants, a function no test
     reaches among them), short per-mutant time limits so the infinite-loop mutants time out in seconds."""
-    with (toy / "pyproject.toml").open("a", encoding="utf-8") as f:
-        f.write(
-            '\n[tool.falsify.mutmut]\nkill_rate_floor = 0\npaths = ["toy/loop.py"]\n'
-            'tests = ["tests/check_toy.py"]\ntimeout = 600\ntimeout_multiplier = 2\ntimeout_constant = 2\n'
-        )
-    with (toy / "toy" / "loop.py").open("a", encoding="utf-8") as f:
-        f.write('\n\ndef describe(n: int) -> str:\n    return "tokens: " + str(n + 1)\n')
+    set_up_mutmut(toy, "timeout = 600\ntimeout_multiplier = 2\ntimeout_constant = 2\n")
     env = {**os.environ, "FALSIFY_ENGINE": ENGINE, "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
     local = subprocess.run(

@@ -84,6 +84,29 @@ def stop_own_cluster(ray: str, temp: str, groups: list[int], env: dict[str, str]
         time.sleep(0.5)
 
 
+def start_head(ray: str, port: int, temp: str, env: dict[str, str], timeout: float) -> None:
+    """Start the cluster's head node on 127.0.0.1:`port`, its files under `temp`; returns once it is up."""
+    subprocess.run(
+        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def start_worker(ray: str, port: int, temp: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A worker node joining the head at 127.0.0.1:`port`, in a process group of its own (stop_own_cluster
+    ends the group)."""
+    return subprocess.Popen(
+        [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -107,20 +130,8 @@ def main() -> int:
     port = free_port()
     ray = str(BIN / "ray")
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
-    subprocess.run(
-        [ray, "start", "--head", f"--port={port}", f"--temp-dir={temp}", "--include-dashboard=false", *NODE],
-        check=True,
-        capture_output=True,
-        env=env,
-        timeout=180,
-    )
-    worker = subprocess.Popen(
-        [ray, "start", f"--address=127.0.0.1:{port}", f"--temp-dir={temp}", "--block", *NODE],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env=env,
-    )
+    start_head(ray, port, str(temp), env, timeout=180)
+    worker = start_worker(ray, port, str(temp), env)
     killed = False
     try:
         deadline = time.monotonic() + 120
