@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from falsify.packs.serving.falsifiers.lane_probe import CancelAndLeave
 from reference.cancel import CancelToken
 from reference.lanes import LaneHost, LaneRefused, Phase, StreamError
 from reference.prefill import Prefill, PrefillError
@@ -206,7 +207,7 @@ def test_cancel_token_polled_once_per_token() -> None:
     assert host.tokens(zero) == [] and host.stats(zero).prefill_chunks == 0
 
 
-class LaneMachine(RuleBasedStateMachine):
+class LaneMachine(CancelAndLeave, RuleBasedStateMachine):
     """submit / round / cancel / leave / resume against the toy; failures print as a replayable program."""
 
     def __init__(self) -> None:
@@ -235,18 +236,6 @@ class LaneMachine(RuleBasedStateMachine):
             if self.host.stats(sid).phase is Phase.PREFILL:
                 served = report.prefilled is not None and report.prefilled[0] == sid
                 self.waited[sid] = 0 if served else self.waited[sid] + 1
-
-    @precondition(lambda self: self.jobs)
-    @rule(data=st.data())
-    def cancel(self, data: st.DataObject) -> None:
-        self.host.cancel(data.draw(st.sampled_from(sorted(self.jobs))))
-
-    @precondition(lambda self: self.jobs)
-    @rule(data=st.data())
-    def leave(self, data: st.DataObject) -> None:
-        sid = data.draw(st.sampled_from(sorted(self.jobs)))
-        self.host.leave(sid)
-        del self.jobs[sid]
 
     @rule()
     def resume(self) -> None:

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule
+
 import falsify
 from falsify.harness.instruments import CountingCancel, CountingModel
 
@@ -224,3 +227,28 @@ def observe(pid: str, m: StreamMeasure, budget: int | None, max_tokens: int) -> 
         )
     elif pid == "FALSIFY-SERVE-PREFILL-016" and cancelled:
         falsify.check(pid, wasted_forwards=m.wasted_forwards, n=budget)
+
+
+class CancelAndLeave:
+    """Two rules for a lane-host state machine (hypothesis.stateful; mix in before RuleBasedStateMachine): cancel
+    a live stream, or let one leave and forget it. The machine keeps `host` and `jobs` (stream id -> its request)
+    and says how a stream leaves in `leave_stream` (the host's own leave, or the probe's that measures it first).
+    Shared by the pack's lane-host machine and the reference engine's unit test of its LaneHost."""
+
+    host: Any
+    jobs: dict[int, Any]
+
+    def leave_stream(self, sid: int) -> None:
+        self.host.leave(sid)
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        self.host.cancel(data.draw(st.sampled_from(sorted(self.jobs))))
+
+    @precondition(lambda self: self.jobs)
+    @rule(data=st.data())
+    def leave(self, data: st.DataObject) -> None:
+        sid = data.draw(st.sampled_from(sorted(self.jobs)))
+        self.leave_stream(sid)
+        del self.jobs[sid]
