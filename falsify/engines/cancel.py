@@ -8,8 +8,8 @@ llamacpp, broken, wire engines), so every engine is polled through the same inst
 `is_cancelled()` is the engine's poll: it counts one poll (thread-safe), then answers. `peek()` looks without
 counting, so an onlooker never changes what the run observes. `polls` is the count. This is the engine protocol's
 CancelToken (falsify/engines/protocol.py); falsify.harness.instruments.CountingCancel is the same token whose
-`never()` also counts its polls. The reference engine keeps its own token (reference/cancel.py): it is a separate
-distribution that does not depend on the harness.
+`never()` also counts its polls, and the reference engine's CancelToken (reference/cancel.py) is this token under
+its own name.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ class HarnessCancel:
 
     @classmethod
     def with_budget(cls, n: int) -> Self:
-        """The first n polls answer False, every later poll True."""
+        """The first n polls answer False, every later poll True (n: an int >= 0; None is no budget)."""
+        if n is None:
+            raise ValueError("cancel budget must be an int >= 0, got None")
         return cls(n)
 
     @classmethod
@@ -81,5 +83,10 @@ class HarnessCancel:
         return self._event.is_set()
 
     def __repr__(self) -> str:
-        budget = "never" if not self._can_cancel else f"budget={self._budget}"
-        return f"{type(self).__name__}({budget}, polls={self._polls}, cancelled={self._event.is_set()})"
+        name = type(self).__name__
+        if not self._counting:
+            return f"{name}.never()"
+        kind = "" if self._budget is None else f"budget={self._budget}, "
+        if not self._can_cancel:  # CountingCancel.never(): counted, never cancels
+            kind = "never, "
+        return f"{name}({kind}polls={self._polls}, cancelled={self._event.is_set()})"
