@@ -14,6 +14,7 @@ the transpose of the paper's).
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,21 @@ def inputs(config: dict, A_log: np.ndarray, dt_bias: np.ndarray, length: int, se
     return q, k, v, alpha, beta, S0
 
 
+@cache
+def textbook_case(
+    path: Path, layer: int, length: int
+) -> tuple[dict, tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    """GDN layer `layer`'s config, inputs (q, k, v, alpha, beta, S0) and the twin's (o, S) on them, per process: they
+    depend on neither the engine's kernel nor the test, and each kernel compares with the same ones (the twin's
+    Python loop, run again per kernel, was 0.6 s CPU of the gate, issue #28). The arrays are read-only."""
+    config, A_log, dt_bias = checkpoint_gates(path, layer)
+    case = inputs(config, A_log, dt_bias, length, seed=100 * layer + length)
+    o_ref, S_ref = textbook_gated_delta_net(*case)
+    for x in (*case, o_ref, S_ref):
+        x.setflags(write=False)
+    return config, case, o_ref, S_ref
+
+
 def read_config(path: Path) -> dict:
     """The checkpoint's config.json through falsify's file layer and bounded JSON reader: the engine's weights
     are its data, read as untrusted (a FIFO, /dev/zero or a 5,000-digit integer is a named error)."""
@@ -112,9 +128,7 @@ def test_kernels_match_textbook_twin(engine, tiny_path: Path, kernel: str, lengt
     layers = gdn_layers(tiny_path)
     assert layers, "the tiny model has no GDN layer"
     for layer in layers:
-        config, A_log, dt_bias = checkpoint_gates(tiny_path, layer)
-        q, k, v, alpha, beta, S0 = inputs(config, A_log, dt_bias, length, seed=100 * layer + length)
-        o_ref, S_ref = textbook_gated_delta_net(q, k, v, alpha, beta, S0)
+        config, (q, k, v, alpha, beta, S0), o_ref, S_ref = textbook_case(tiny_path, layer, length)
         f32 = [x.astype(np.float32) for x in (q, k, v, np.log(alpha), beta)]
         state = np.ascontiguousarray(S0.transpose(0, 2, 1)).astype(np.float32)  # engine layout [Hv, dk, dv]
         if kernel == "recurrent":
