@@ -11,8 +11,8 @@ a cancel, or from a kept prefix) cuts as the whole pass does from there. The wid
 model's chunk_size unless the model declares `chunk_invariant`: an engine groups a call's tokens into chunks
 aligned to the call's first token, so only cuts on that grid leave the state bytes those of one whole call.
 
-The reference engine plans its own passes (reference/prefill.py, a separate distribution that does not depend on
-the harness). The falsifiers judge either one by the forward calls the harness counts, not by this plan.
+The reference engine's Prefill (reference/prefill.py) is this pass with its cuts planned ahead. The falsifiers judge
+every engine by the forward calls the harness counts, not by this plan.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
-__all__ = ["Kept", "PrefillError", "Stepped", "SteppedPrefill"]
+__all__ = ["Kept", "PrefillError", "Stepped", "SteppedPrefill", "chunk_invariant", "chunk_width"]
 
 
 class PrefillError(ValueError):
@@ -86,7 +86,7 @@ class SteppedPrefill(Stepped):
         marks: Iterable[int] = (),
         starts: Iterable[int] = (),
         keep_logits: bool = False,
-    ) -> SteppedPrefill:
+    ) -> Self:
         """A pass over `prompt` into `state`, which already holds prompt[:state.pos]. The longest kept snapshot
         that the prompt strictly extends and that is ahead of `state` replaces it (`state` is released)."""
         tokens = _token_tuple(prompt, int(model.config.vocab_size))
@@ -104,7 +104,7 @@ class SteppedPrefill(Stepped):
                 f"the state already holds {state.pos} tokens; a prompt of {len(tokens)} "
                 "tokens must extend it by at least one"
             )
-        pf = cls(model, state, tokens, _width(model, chunk_cap), planned, marked)
+        pf = cls(model, state, tokens, chunk_width(model, chunk_cap), planned, marked)
         pf.chunk_logits = [] if keep_logits else None
         return pf
 
@@ -129,21 +129,32 @@ class SteppedPrefill(Stepped):
         logits = self.model.forward(np.asarray(self.prompt[start:end], np.int64), self.state)  # [T, vocab]
         if self.state.pos != end:
             raise PrefillError(f"the engine's forward of [{start}, {end}) left the state at {self.state.pos}")
+        self.ran(end, logits)
+        return self.done
+
+    def ran(self, end: int, logits: np.ndarray) -> None:
+        """Record a chunk that ended at `end` with `logits` [T, vocab]: the last token's logits, every chunk's
+        when keep_logits, and a kept snapshot when `end` is a mark."""
         self.logits = logits[-1]
         if self.chunk_logits is not None:
             self.chunk_logits.append(logits)
         if end in self.marks:
             self.kept.append(Kept(self.prompt[:end], self.state.copy()))
-        return self.done
 
 
-def _width(model: Any, chunk_cap: int | None) -> int:
+def chunk_invariant(model: Any) -> bool:
+    """Whether the model declares that where calls are cut never changes its output."""
+    return bool(getattr(model, "chunk_invariant", False))
+
+
+def chunk_width(model: Any, chunk_cap: int | None) -> int:
+    """The chunk width a pass over `model` uses for a requested cap (None: the model's own chunk_size)."""
     size = int(model.config.chunk_size)
     if chunk_cap is None:
         return size
     if isinstance(chunk_cap, bool) or not isinstance(chunk_cap, int | np.integer) or chunk_cap < 1:
         raise PrefillError(f"chunk_cap must be an int >= 1, got {chunk_cap!r}")
-    if chunk_cap % size and not getattr(model, "chunk_invariant", False):
+    if chunk_cap % size and not chunk_invariant(model):
         raise PrefillError(
             f"chunk_cap {chunk_cap} is not a multiple of the model's chunk_size {size}: "
             "cuts off that grid would change the state bytes"
