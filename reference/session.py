@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from falsify.engines.tokens import token_list
 from reference.cancel import CancelToken
 from reference.sampling import SampleFn, greedy
 
@@ -195,7 +196,7 @@ class Session:
         """Refuse a request the run cannot serve, before touching any state."""
         vocab = self.model.config.vocab_size
         context = self.model.config.max_position_embeddings
-        ids = _token_ids(prompt, "prompt", vocab)
+        ids = token_list(prompt, "prompt", vocab)
         if not ids:
             raise ValueError("prompt is empty: generate needs at least one token to prefill")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 0:
@@ -207,7 +208,7 @@ class Session:
                 f"prompt of {len(ids)} tokens with max_tokens={max_tokens} needs {needed} positions; "
                 f"the context holds {context} (max_position_embeddings)"
             )
-        stops = frozenset(_token_ids(stop_tokens, "stop_tokens", vocab))
+        stops = frozenset(token_list(stop_tokens, "stop_tokens", vocab))
         return ids, stops
 
 
@@ -224,21 +225,3 @@ def _check_callables(cancel: Any, sampler: Any, on_token: Any) -> None:
         )
     if on_token is not None and not callable(on_token):
         raise ValueError(f"on_token must be callable or None, got {type(on_token).__name__}")
-
-
-def _token_ids(tokens: Iterable[int], what: str, vocab: int) -> list[int]:
-    """Plain int token ids, each checked against the vocabulary."""
-    if isinstance(tokens, str | bytes):
-        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
-    try:
-        items = list(tokens)
-    except TypeError:
-        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}") from None
-    ids = []
-    for i, t in enumerate(items):
-        if isinstance(t, bool) or not isinstance(t, int | np.integer):
-            raise ValueError(f"{what}[{i}] is {t!r}, not an int token id")
-        if not 0 <= t < vocab:
-            raise ValueError(f"{what}[{i}] = {int(t)} is outside the vocabulary [0, {vocab})")
-        ids.append(int(t))
-    return ids

@@ -30,9 +30,10 @@ import numpy as np
 from falsify.engines.cancel import HarnessCancel
 from falsify.engines.env_settings import positive_number
 from falsify.engines.prefill import Stepped
+from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
-from falsify.engines.wire.events import EventState, WireRun, _engine_bytes, _token_list, checked_logits
+from falsify.engines.wire.events import EventState, WireRun, _engine_bytes, checked_logits
 from falsify.engines.wire.messages import (
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
@@ -190,13 +191,13 @@ class WireEngine:
         """A stepped prefill in the engine (protocol §4.13). `model` is the falsifier's model object (a recorder
         around a WireModel): each chunk the engine reports is replayed through its `forward` on `state`."""
         snapshots = [kept] if isinstance(kept, WireKept) else list(kept)
-        ids = _token_list(prompt, "prompt")
+        ids = token_list(prompt, "prompt")
         params = {
             "state": state.handle,
             "prompt": ids,
             "chunk_cap": chunk_cap,
-            "marks": _token_list(marks, "marks"),
-            "starts": _token_list(starts, "starts"),
+            "marks": token_list(marks, "marks"),
+            "starts": token_list(starts, "starts"),
             "kept": [{"tokens": list(k.tokens), "state": k.state.handle} for k in snapshots],
             "keep_logits": bool(keep_logits),
         }
@@ -241,9 +242,9 @@ class WireModel:
         if isinstance(state, EventState):
             return None  # a forward the engine reported during generate: it runs there, not here
         if getattr(state, "replaying", False):  # a prefill chunk the engine reported: it ran there
-            state.pos += len(_token_list(tokens, "tokens"))
+            state.pos += len(token_list(tokens, "tokens"))
             return None
-        ids = _token_list(tokens, "tokens")
+        ids = token_list(tokens, "tokens")
         result = self._needs_state().request("forward", {"state": state.handle, "tokens": ids})
         vocab = self.config.vocab_size
         logits = checked_logits(self.engine, result["logits"], "forward result logits", (len(ids), vocab))
@@ -392,8 +393,8 @@ class WireSession:
         sampler: Callable[[np.ndarray], int] | None = None,
         on_token: Callable[[int], object] | None = None,
     ) -> WireRun:
-        ids = _token_list(prompt, "prompt")
-        stops = _token_list(stop_tokens, "stop_tokens")
+        ids = token_list(prompt, "prompt")
+        stops = token_list(stop_tokens, "stop_tokens")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 0:
             raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
         cancel = HarnessCancel.never() if cancel is None else cancel

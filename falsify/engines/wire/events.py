@@ -1,6 +1,6 @@
-"""What the wire client and the lane host share: the stand-in state a reported forward is replayed on, the check of
-a token-id argument before it is sent, and the checks of the arrays an engine sends (a malformed one ends the
-connection; logits of the wrong shape or not finite are a ProtocolViolation naming the rule)."""
+"""What the wire client and the lane host share: the stand-in state a reported forward is replayed on and the checks
+of the arrays an engine sends (a malformed one ends the connection; logits of the wrong shape or not finite are a
+ProtocolViolation naming the rule). A token-id argument is checked before it is sent by falsify/engines/tokens.py."""
 
 from __future__ import annotations
 
@@ -21,23 +21,6 @@ class EventState:
 
     pos: int
     session: str
-
-
-def _token_list(tokens: Any, what: str) -> list[int]:
-    if isinstance(tokens, str | bytes):
-        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}")
-    if hasattr(tokens, "tolist"):
-        tokens = tokens.tolist()
-    try:
-        items = list(tokens)
-    except TypeError:
-        raise ValueError(f"{what} must be a sequence of token ids, got {type(tokens).__name__}") from None
-    out = []
-    for i, t in enumerate(items):
-        if isinstance(t, bool) or not isinstance(t, int | np.integer):
-            raise ValueError(f"{what}[{i}] is {t!r}, not an int token id")
-        out.append(int(t))
-    return out
 
 
 def _conn(engine: Any) -> Connection:

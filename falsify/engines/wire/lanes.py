@@ -19,9 +19,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
-from falsify.engines.wire.events import EventState, _token_list
+from falsify.engines.wire.events import EventState
 from falsify.engines.wire.messages import ErrorCode
 
 
@@ -100,7 +101,7 @@ class WireLaneHost:
         conn.fail(errors.ProtocolViolation(f"engine {self.engine.spec}: {text}"))
 
     def submit(self, prompt: Any, max_tokens: int, cancel: Any = None) -> int:
-        ids = _token_list(prompt, "prompt")
+        ids = token_list(prompt, "prompt")
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer):
             raise ValueError(f"submit: max_tokens must be an int >= 1, got {max_tokens!r}")
         handle = None if cancel is None else next(_handles)
