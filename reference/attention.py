@@ -17,9 +17,8 @@ from reference.weights import AttentionWeights
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:  # [..., d], [d] -> [..., d]
     """Qwen3_5RMSNorm: zero-centred weight, x · rsqrt(mean x² + eps) · (1 + w)."""
-    mean_sq = (x * x).sum(-1, keepdims=True) / np.float32(
-        x.shape[-1]
-    )  # .mean() costs a Python frame per call
+    # np.add.reduce is what .sum() and .mean() call, without their Python frames (60,000 calls a gate run)
+    mean_sq = np.add.reduce(x * x, -1, keepdims=True) / np.float32(x.shape[-1])
     return x / np.sqrt(mean_sq + np.float32(eps)) * (np.float32(1) + weight)
 
 

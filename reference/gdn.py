@@ -21,7 +21,7 @@ from reference.weights import GDNWeights
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    return (0.5 * (1.0 + np.tanh(0.5 * x))).astype(np.float32)  # tanh form never overflows
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # tanh form never overflows; float32 in, float32 out (no copy)
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -29,11 +29,12 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 
 def softplus(x: np.ndarray) -> np.ndarray:
-    return np.logaddexp(np.float32(0), x).astype(np.float32)
+    return np.logaddexp(np.float32(0), x)
 
 
 def l2norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:  # [..., d] -> [..., d]
-    return x / np.sqrt((x * x).sum(-1, keepdims=True) + np.float32(eps))  # same as l2norm in modeling_qwen3_5
+    # same as l2norm in modeling_qwen3_5; np.add.reduce is .sum() without its Python frames
+    return x / np.sqrt(np.add.reduce(x * x, -1, keepdims=True) + np.float32(eps))
 
 
 def gdn_gate(
@@ -104,14 +105,15 @@ def _chunk(
     gc = np.cumsum(g, axis=1)  # Γ: [H, C]
     lower = np.tril(np.ones((C, C), dtype=bool))
     # mask before exp: above the diagonal Γ_i − Γ_j > 0 could overflow
-    D = np.exp(np.where(lower, gc[:, :, None] - gc[:, None, :], -np.inf)).astype(np.float32)  # [H, C, C]
+    D = np.exp(np.where(lower, gc[:, :, None] - gc[:, None, :], -np.inf))  # [H, C, C]
     k_beta = k * beta[:, :, None]
     T = np.tril((k_beta @ k.transpose(0, 2, 1)) * D, -1) + np.eye(C, dtype=np.float32)
-    rhs = np.concatenate([v * beta[:, :, None], k_beta * np.exp(gc)[:, :, None]], axis=2)
-    solved = rhs if C == 1 else np.linalg.solve(T, rhs).astype(np.float32)  # T = I for a single token
+    decay = np.exp(gc)[:, :, None]  # [H, C, 1]
+    rhs = np.concatenate([v * beta[:, :, None], k_beta * decay], axis=2)
+    solved = rhs if C == 1 else np.linalg.solve(T, rhs)  # T = I for a single token
     u, w = solved[:, :, : v.shape[2]], solved[:, :, v.shape[2] :]
     v_new = u - w @ S  # [H, C, dv]
-    o = (q * np.exp(gc)[:, :, None]) @ S + ((q @ k.transpose(0, 2, 1)) * D) @ v_new
+    o = (q * decay) @ S + ((q @ k.transpose(0, 2, 1)) * D) @ v_new
     decay_to_end = np.exp(gc[:, -1:] - gc)[:, :, None]  # [H, C, 1]
     S = S * np.exp(gc[:, -1])[:, None, None] + (k * decay_to_end).transpose(0, 2, 1) @ v_new
     return o, S
@@ -133,7 +135,7 @@ def causal_conv1d(x: np.ndarray, conv_state: np.ndarray, weight: np.ndarray) -> 
 
 def gated_rms_norm(x: np.ndarray, z: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     """Qwen3_5RMSNormGated: RMSNorm over the last dim, weight used as is, times silu(z). [..., dv] -> [..., dv]."""
-    x = x / np.sqrt((x * x).sum(-1, keepdims=True) / np.float32(x.shape[-1]) + np.float32(eps))
+    x = x / np.sqrt(np.add.reduce(x * x, -1, keepdims=True) / np.float32(x.shape[-1]) + np.float32(eps))
     return weight * x * silu(z)
 
 
