@@ -1,6 +1,6 @@
 """The package's folders follow the data flow, and nothing below imports from above (falsify/__init__.py); the
-harness never imports the reference engine (its own distribution, packaging/reference); no import circles; no
-module over MAX_LINES lines. All static: the files are parsed, never imported."""
+harness never imports the reference engine (its own distribution, packaging/reference), which uses only the
+harness's engine-side instruments; no import circles; no module over MAX_LINES lines. All static: the files are parsed, never imported."""
 
 from __future__ import annotations
 
@@ -105,6 +105,43 @@ def test_the_harness_never_imports_the_reference_engine() -> None:
         if target == "reference" or target.startswith("reference.")
     ]
     assert not found, "\n".join(found)
+
+
+# What the reference engine may use of the harness (issue #29: the harness owns its instruments, the reference uses
+# them): the engine-side instruments, whose distribution packaging/reference declares a dependency on. Nothing else:
+# the engine must not reach into the harness that judges it.
+INSTRUMENTS = {"falsify.engines.cancel", "falsify.engines.prefill", "falsify.engines.tokens"}
+
+
+def beyond_instruments(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of every falsify import in a reference module that is not one of the INSTRUMENTS."""
+    return [
+        (line, target)
+        for line, target in imports(tree, "reference")
+        if (target == "falsify" or target.startswith("falsify."))
+        and target not in INSTRUMENTS
+        and target.rpartition(".")[0] not in INSTRUMENTS
+    ]
+
+
+def test_beyond_instruments_finds_a_harness_import_and_passes_an_instrument() -> None:
+    tree = ast.parse(
+        "from falsify.harness.checks import check\nfrom falsify.engines.cancel import HarnessCancel\n"
+    )
+    assert beyond_instruments(tree) == [(1, "falsify.harness.checks"), (1, "falsify.harness.checks.check")]
+
+
+def test_the_reference_engine_uses_only_the_harness_instruments() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {target}"
+        for path in sorted((ROOT / "reference").rglob("*.py"))
+        for line, target in beyond_instruments(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    assert not found, "\n".join(found)
+    declared = (ROOT / "packaging" / "reference" / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"falsify-harness"' in declared, (
+        "packaging/reference must declare its dependency on falsify-harness"
+    )
 
 
 def import_graph() -> dict[str, set[str]]:
