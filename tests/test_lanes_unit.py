@@ -158,6 +158,7 @@ def test_cancel_mid_prefill_pauses_at_last_cut_and_resume_matches() -> None:
     host.round()
     assert host.stats(sid).pos == 16
     host.resume(sid)
+    assert host.stats(sid).phase is Phase.PREFILL and host.busy()  # queued again, not only planned again
     host.run()
     assert host.tokens(sid) == alone(m, p, 5)
 
