@@ -23,6 +23,19 @@ def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_this_repositorys_own_corpus_lints_clean() -> None:
+    """The repository's contracts, packs and semantic mutants, as `falsify lint` finds them from the root: an edit of
+    reference/ that leaves a mutant quoting a statement no longer there fails here, in the README's test command,
+    rather than in CI's evidence step 40 minutes later."""
+    root = Path(__file__).resolve().parents[1]
+    result = falsify("lint", cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    found = re.fullmatch(r"lint: \d+ files, \d+ contracts, \d+ predictions, (\d+) mutants .*, 0 errors", last)
+    assert found, last
+    assert int(found.group(1)) == len(list((root / "mutants").glob("*.yaml")))
+
+
 def test_lint_good_exits_0_with_denominator() -> None:
     result = falsify("lint", str(FIXTURES / "good"))
     assert result.returncode == 0, result.stdout
