@@ -1,13 +1,17 @@
-"""falsify.engines.adapters.generate: the checks the HF and llama.cpp adapters share, one named error each."""
+"""falsify.engines.calls and adapters.generate: a generate call's checks, one named error each (an adapter's, with
+its library's vocabulary and context, and the wire client's, which leaves the engine's refusals to the engine), and
+the run record the adapters share."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pytest
 
-from falsify.engines.adapters.generate import generate_arguments, run_record, token_ids
+from falsify.engines.adapters.generate import run_record
+from falsify.engines.calls import generate_call
 from falsify.harness.instruments import CountingCancel
 
 
@@ -17,8 +21,10 @@ from falsify.harness.instruments import CountingCancel
         ([], 1, (), None, None, "prompt is empty"),
         ("abc", 1, (), None, None, "prompt must be a sequence of token ids, got str"),
         ([1, 99], 1, (), None, None, "prompt[1] = 99 is outside the vocabulary [0, 10)"),
-        ([[1, 2]], 1, (), None, None, "prompt must be a 1-D sequence of int token ids"),
-        ([1.5], 1, (), None, None, "prompt must be a 1-D sequence of int token ids"),
+        ([[1, 2]], 1, (), None, None, "prompt[0] is [1, 2], not an int token id"),
+        (np.array([[1, 2]]), 1, (), None, None, "prompt[0] is [1, 2], not an int token id"),
+        ([1.5], 1, (), None, None, "prompt[0] is 1.5, not an int token id"),
+        ([True], 1, (), None, None, "prompt[0] is True, not an int token id"),
         ([1], 0, (), None, None, "max_tokens must be an int >= 1, got 0"),
         ([1], True, (), None, None, "max_tokens must be an int >= 1, got True"),
         (
@@ -30,27 +36,49 @@ from falsify.harness.instruments import CountingCancel
             "prompt of 3 tokens with max_tokens=3 exceeds the model's 4 positions",
         ),
         ([1], 1, [-1], None, None, "stop_tokens[0] = -1 is outside the vocabulary"),
-        ([1], 1, (), object(), None, "cancel must have is_cancelled() and polls, got object"),
+        ([1], 1, (), object(), None, "cancel must be a cancel token (is_cancelled() and polls), got object"),
         ([1], 1, (), None, 7, "sampler must be callable (logits [vocab] -> token id), got int"),
     ],
 )
 def test_each_bad_argument_is_one_named_error(
     prompt: Any, max_tokens: Any, stops: Any, cancel: Any, sampler: Any, message: str
 ) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        generate_arguments(prompt, max_tokens, stops, cancel, sampler, vocab=10, positions=4)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        generate_call(prompt, max_tokens, stops, cancel, sampler, None, vocab=10, positions=4, library=True)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("abc", 1, (), None, None, None), "prompt must be a sequence of token ids, got str"),
+        (([1], -1, (), None, None, None), "max_tokens must be an int >= 0, got -1"),
+        (([1], 1.0, (), None, None, None), "max_tokens must be an int >= 0, got 1.0"),
+        (([1], 1, ["x"], None, None, None), "stop_tokens[0] is 'x', not an int token id"),
+        (([1], 1, (), CountingCancel, None, None), "cancel must be a cancel token"),  # the class, not a token
+        (([1], 1, (), None, None, "print"), "on_token must be callable or None, got str"),
+    ],
+)
+def test_the_wire_clients_checks_are_what_cannot_be_sent(args: tuple[Any, ...], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        generate_call(*args)
+
+
+def test_the_wire_client_leaves_the_engines_refusals_to_the_engine() -> None:
+    """An empty prompt, max_tokens 0 and an id past any vocabulary go through: the engine must refuse them
+    itself (docs/engine-protocol.md), and the harness judges that refusal."""
+    call = generate_call([], 0, (10**9,), None, None, None)
+    assert (call.prompt, call.max_tokens, call.stops) == ([], 0, [10**9])
 
 
 def test_good_arguments_come_back_as_plain_ints_with_the_callers_token() -> None:
     cancel = CountingCancel(budget=2)
-    ids, stops, got = generate_arguments(
-        np.array([3, 4], np.int32), np.int64(3), (9,), cancel, None, vocab=10, positions=4
+    call = generate_call(
+        np.array([3, 4], np.int32), np.int64(3), (9,), cancel, None, None, vocab=10, positions=4, library=True
     )
-    assert (ids, stops, got) == ([3, 4], [9], cancel)
-    assert all(type(t) is int for t in ids + stops)
-    _, _, default = generate_arguments([1], 1, (), None, None, vocab=10, positions=4)
+    assert (call.prompt, call.stops, call.cancel, call.max_tokens) == ([3, 4], [9], cancel, 3)
+    assert all(type(t) is int for t in [*call.prompt, *call.stops, call.max_tokens])
+    default = generate_call([1], 1, (), None, None, None, vocab=10, positions=4, library=True).cancel
     assert [default.is_cancelled() for _ in range(3)] == [False] * 3  # no token: one that never cancels
-    assert token_ids([], "prompt", 10) == []
 
 
 def test_the_run_record_counts_the_forwards_it_is_given() -> None:

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from falsify.engines.adapters.generate import AdapterSession, GenerateCall, Measured
+from falsify.engines.adapters.generate import AdapterSession, Measured
+from falsify.engines.calls import GenerateCall
 from falsify.engines.cancel import HarnessCancel
 from falsify.engines.loading import load_engine
 from falsify.engines.protocol import RunRecord

@@ -38,10 +38,12 @@ import transformers
 from transformers.generation.streamers import BaseStreamer
 
 from falsify.engines.adapters import reference_tiny
-from falsify.engines.adapters.generate import AdapterSession, GenerateCall, Measured, token_ids
+from falsify.engines.adapters.generate import AdapterSession, Measured
+from falsify.engines.calls import GenerateCall
 from falsify.engines.cancel import HarnessCancel
 from falsify.engines.prefill import SteppedPrefill
 from falsify.engines.protocol import RunRecord
+from falsify.engines.tokens import token_list
 
 # The width torch_chunk_gated_delta_rule (transformers' Qwen3.5 fallback kernel without flash-linear-attention)
 # pads and groups a call's tokens into, aligned to the call's first token: HF's chunk grid.
@@ -200,7 +202,7 @@ class HFModel:
 
     def forward(self, tokens: Any, state: HFState) -> np.ndarray:
         """Logits f32[len(tokens), vocab]; one HF forward call that advances `state.cache` by len(tokens)."""
-        ids = token_ids(tokens, "tokens", self.config.vocab_size)
+        ids = token_list(tokens, "tokens", self.config.vocab_size)
         if not isinstance(state, HFState):
             raise ValueError(
                 f"forward: state must be an HFState from new_state(), got {type(state).__name__}"

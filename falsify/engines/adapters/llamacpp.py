@@ -47,10 +47,12 @@ import llama_cpp.llama_cpp as C
 import numpy as np
 
 from falsify.engines.adapters import reference_tiny
-from falsify.engines.adapters.generate import AdapterSession, GenerateCall, Measured, token_ids
+from falsify.engines.adapters.generate import AdapterSession, Measured
+from falsify.engines.calls import GenerateCall
 from falsify.engines.cancel import HarnessCancel
 from falsify.engines.prefill import SteppedPrefill
 from falsify.engines.protocol import RunRecord
+from falsify.engines.tokens import token_list
 
 # llama.cpp's chunked Gated DeltaNet (build_delta_net_chunking, src/models/delta-net-base.cpp) groups a call's
 # tokens into chunks of 64 aligned to the call's first token; a one-token call takes the recurrent path instead.
@@ -291,7 +293,7 @@ class LlamaCppModel:
 
     def forward(self, tokens: Any, state: LlamaCppState) -> np.ndarray:
         """Logits f32[len(tokens), vocab]: one llama_decode of `tokens` at positions state.pos.. on seq 0."""
-        ids = token_ids(tokens, "tokens", self.n_vocab)
+        ids = token_list(tokens, "tokens", self.n_vocab)
         if not isinstance(state, LlamaCppState) or state.model is not self:
             raise ValueError(
                 f"forward: state must come from this model's new_state(), got {type(state).__name__}"

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from falsify.engines.calls import CheckedGenerate, GenerateCall
 from falsify.engines.cancel import HarnessCancel
 from falsify.engines.env_settings import positive_number
 from falsify.engines.prefill import Stepped
@@ -374,9 +375,10 @@ class WirePrefill(Stepped):
         return self._done
 
 
-class WireSession:
+class WireSession(CheckedGenerate[WireRun]):
     """One stream in the engine. The harness keeps the token history the engine reported feeding, to check
-    each forward against it."""
+    each forward against it. `generate` checks only what cannot be sent (falsify.engines.calls): an empty
+    prompt, an id outside the vocabulary or a run past the context are the engine's to refuse."""
 
     def __init__(self, engine: WireEngine, model: Any) -> None:
         self.engine = engine
@@ -384,42 +386,19 @@ class WireSession:
         self.handle = engine.connection().request("new_session", {"model": model.handle})["session"]
         self.history: list[int] = []  # tokens the engine's state has consumed, as reported by $/forward
 
-    def generate(
-        self,
-        prompt: Sequence[int],
-        max_tokens: int,
-        cancel: Any = None,
-        stop_tokens: Iterable[int] = (),
-        sampler: Callable[[np.ndarray], int] | None = None,
-        on_token: Callable[[int], object] | None = None,
-    ) -> WireRun:
-        ids = token_list(prompt, "prompt")
-        stops = token_list(stop_tokens, "stop_tokens")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 0:
-            raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
-        cancel = HarnessCancel.never() if cancel is None else cancel
-        if not (
-            callable(getattr(cancel, "is_cancelled", None))
-            and isinstance(getattr(cancel, "polls", None), int)
-        ):
-            raise ValueError(
-                f"cancel must be a cancel token (is_cancelled() and polls), got {type(cancel).__name__}"
-            )
-        if sampler is not None and not callable(sampler):
-            raise ValueError(
-                f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
-            )
-        if on_token is not None and not callable(on_token):
-            raise ValueError(f"on_token must be callable or None, got {type(on_token).__name__}")
-        judge = _Judge(self, ids, int(max_tokens), frozenset(stops), cancel, sampler, on_token)
+    def _run(self, call: GenerateCall) -> WireRun:
+        cancel = call.cancel
+        judge = _Judge(
+            self, call.prompt, call.max_tokens, frozenset(call.stops), cancel, call.sampler, call.on_token
+        )
         polls_before = cancel.polls
         conn = self.engine.connection()
         params = {
             "session": self.handle,
-            "prompt": ids,
-            "max_tokens": int(max_tokens),
-            "stop_tokens": stops,
-            "sampler": "greedy" if sampler is None else "harness",
+            "prompt": call.prompt,
+            "max_tokens": call.max_tokens,
+            "stop_tokens": call.stops,
+            "sampler": "greedy" if call.sampler is None else "harness",
         }
         result = conn.request("generate", params, judge.on_engine)
         return judge.finish(result, cancel.polls - polls_before)
