@@ -31,6 +31,27 @@ def twin_inputs(seed: int, length: int, max_log_decay: float):
     return q, k, v, g, beta, state
 
 
+def twins(engine, seed: int, length: int, max_log_decay: float, chunk_size: int):
+    """The engine's two GDN kernels on the same twin_inputs: ((o, state) token by token, (o, state) chunked)."""
+    kernels = engine.gdn_kernels()
+    q, k, v, g, beta, s0 = twin_inputs(seed, length, max_log_decay)
+    recurrent = kernels.naive_recurrent_gated_delta_rule(q, k, v, g, beta, s0)
+    chunked = kernels.chunk_gated_delta_rule(q, k, v, g, beta, s0, chunk_size=chunk_size)
+    return recurrent, chunked
+
+
+def check_state_at_cut(engine, seed: int, cut: int, max_log_decay: float, chunk_size: int) -> None:
+    """FALSIFY-GDN-002: the chunked kernel's state after `cut` tokens is the recurrent one's."""
+    (_, s_ref), (_, s) = twins(engine, seed, cut, max_log_decay, chunk_size)
+    falsify.check(
+        "FALSIFY-GDN-002",
+        state_diff=max_abs(s, s_ref),
+        state_scale=float(np.abs(s_ref).max()),
+        cut=cut,
+        chunk_size=chunk_size,
+    )
+
+
 def max_abs(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).max(initial=0.0))
 
@@ -62,10 +83,7 @@ lengths = st.one_of(st.sampled_from([1, 2, 63, 64, 65, 75, 150, 500]), st.intege
     max_log_decay=st.sampled_from([0.0, 0.05, 1.0, 8.0]),
 )
 def test_twins_agree(engine, seed: int, length: int, chunk_size: int, max_log_decay: float) -> None:
-    kernels = engine.gdn_kernels()
-    q, k, v, g, beta, s0 = twin_inputs(seed, length, max_log_decay)
-    o_ref, _ = kernels.naive_recurrent_gated_delta_rule(q, k, v, g, beta, s0)
-    o, _ = kernels.chunk_gated_delta_rule(q, k, v, g, beta, s0, chunk_size=chunk_size)
+    (o_ref, _), (o, _) = twins(engine, seed, length, max_log_decay, chunk_size)
     assert o.shape == o_ref.shape == (length, HV, DV)
     falsify.check(
         "FALSIFY-GDN-001",
@@ -81,33 +99,13 @@ def test_twins_agree(engine, seed: int, length: int, chunk_size: int, max_log_de
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**16), cut=lengths, chunk_size=st.integers(1, 128))
 def test_chunked_state_at_cut_is_recurrent_state(engine, seed: int, cut: int, chunk_size: int) -> None:
-    kernels = engine.gdn_kernels()
-    q, k, v, g, beta, s0 = twin_inputs(seed, cut, 1.0)
-    _, s_ref = kernels.naive_recurrent_gated_delta_rule(q, k, v, g, beta, s0)
-    _, s = kernels.chunk_gated_delta_rule(q, k, v, g, beta, s0, chunk_size=chunk_size)
-    falsify.check(
-        "FALSIFY-GDN-002",
-        state_diff=max_abs(s, s_ref),
-        state_scale=float(np.abs(s_ref).max()),
-        cut=cut,
-        chunk_size=chunk_size,
-    )
+    check_state_at_cut(engine, seed, cut, 1.0, chunk_size)
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-002")
 @pytest.mark.parametrize("cut", ODD_LENGTHS)
 def test_chunked_state_at_odd_cuts(engine, cut: int) -> None:
-    kernels = engine.gdn_kernels()
-    q, k, v, g, beta, s0 = twin_inputs(cut, cut, 0.05)
-    _, s_ref = kernels.naive_recurrent_gated_delta_rule(q, k, v, g, beta, s0)
-    _, s = kernels.chunk_gated_delta_rule(q, k, v, g, beta, s0, chunk_size=64)
-    falsify.check(
-        "FALSIFY-GDN-002",
-        state_diff=max_abs(s, s_ref),
-        state_scale=float(np.abs(s_ref).max()),
-        cut=cut,
-        chunk_size=64,
-    )
+    check_state_at_cut(engine, cut, cut, 0.05, 64)
 
 
 @pytest.mark.falsifies("FALSIFY-GDN-003")
