@@ -16,8 +16,9 @@ reach the same kernel with the same layout. For each name of KERNELS:
   as FALLBACK lists from dynamic.c: the first of its chain the build has); such a name is run once, under the
   kernel that serves it, and says so. A name OpenBLAS does not accept ("Core not found") is skipped with that
   message. Any other kernel than the name or that fallback fails the run: the variable was ignored.
-- Run: each kernel's pytest and gate start in a child process that first checks, in itself, that threadpoolctl
-  sees the kernel asked for, then runs; the processes those start inherit the same OPENBLAS_CORETYPE.
+- Run: each kernel's pytest and gate start, side by side, each in a child process that first checks, in itself,
+  that threadpoolctl sees the kernel asked for, then runs; the processes those start inherit the same
+  OPENBLAS_CORETYPE.
 
 Exit 0 only when at least one kernel ran and every kernel run passed its tests and its gate; 2 when none ran.
 """
@@ -31,6 +32,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,10 +216,19 @@ def main(args: list[str]) -> int:
             out / f"{kernel}-tests.log",
             out / f"{kernel}-gate.log",
         )
-        tests_rc, tests_s = child(
-            kernel, ["pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args, *TESTS], test_log
-        )
-        gate_rc, gate_s = child(kernel, ["falsify", "gate", "--out", str(out / f"gate-{kernel}")], gate_log)
+        # The kernel's tests and its gate are independent (own logs, junit file and --out): run side by side, one
+        # single-threaded child per core of CI's two.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            tests_run = pool.submit(
+                child,
+                kernel,
+                ["pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *args, *TESTS],
+                test_log,
+            )
+            gate_run = pool.submit(
+                child, kernel, ["falsify", "gate", "--out", str(out / f"gate-{kernel}")], gate_log
+            )
+            (tests_rc, tests_s), (gate_rc, gate_s) = tests_run.result(), gate_run.result()
         label = kernel if names == [kernel] else f"{kernel} (as {', '.join(names)})"
         print(f"kernels: {label}: tests exit {tests_rc} in {tests_s:.0f} s: {junit_counts(junit)}")
         print(f"kernels: {label}: gate exit {gate_rc} in {gate_s:.0f} s: {verdict_line(gate_log, 'gate')}")
