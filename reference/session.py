@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from falsify.engines.tokens import token_list
+from falsify.engines.calls import generate_call
 from reference.cancel import CancelToken
 from reference.sampling import SampleFn, greedy
 
@@ -102,13 +102,24 @@ class Session:
         max_tokens: int,
         cancel: CancelToken | None = None,
         stop_tokens: Iterable[int] = (),
-        sampler: SampleFn = greedy,
+        sampler: SampleFn | None = greedy,
         on_token: Callable[[int], object] | None = None,
     ) -> Run:
         """Emit up to `max_tokens` tokens continuing `prompt`; the module docstring gives the loop's order."""
-        prompt, stops = self._check(prompt, max_tokens, stop_tokens)
-        cancel = CancelToken.never() if cancel is None else cancel
-        _check_callables(cancel, sampler, on_token)
+        sampler = greedy if sampler is None else sampler
+        config = self.model.config  # refused before touching any state
+        call = generate_call(
+            prompt,
+            max_tokens,
+            stop_tokens,
+            CancelToken.never() if cancel is None else cancel,
+            sampler,
+            on_token,
+            vocab=config.vocab_size,
+            positions=config.max_position_embeddings,
+            nonempty=True,
+        )
+        prompt, stops, cancel = call.prompt, frozenset(call.stops), call.cancel
         polls_before = cancel.polls
         meter = _Meter()
         tokens: list[int] = []
@@ -189,39 +200,3 @@ class Session:
         meter.decode_forwards += 1
         meter.took(1)
         return logits
-
-    def _check(
-        self, prompt: Sequence[int], max_tokens: int, stop_tokens: Iterable[int]
-    ) -> tuple[list[int], frozenset[int]]:
-        """Refuse a request the run cannot serve, before touching any state."""
-        vocab = self.model.config.vocab_size
-        context = self.model.config.max_position_embeddings
-        ids = token_list(prompt, "prompt", vocab)
-        if not ids:
-            raise ValueError("prompt is empty: generate needs at least one token to prefill")
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < 0:
-            raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
-        # The prompt fills positions [0, len); each emitted token after the first is fed back at the next one.
-        needed = len(ids) + max(int(max_tokens), 1) - 1
-        if needed > context:
-            raise ValueError(
-                f"prompt of {len(ids)} tokens with max_tokens={max_tokens} needs {needed} positions; "
-                f"the context holds {context} (max_position_embeddings)"
-            )
-        stops = frozenset(token_list(stop_tokens, "stop_tokens", vocab))
-        return ids, stops
-
-
-def _check_callables(cancel: Any, sampler: Any, on_token: Any) -> None:
-    if not (
-        callable(getattr(cancel, "is_cancelled", None)) and isinstance(getattr(cancel, "polls", None), int)
-    ):
-        raise ValueError(
-            f"cancel must be a CancelToken (is_cancelled() and polls), got {type(cancel).__name__}"
-        )
-    if not callable(sampler):
-        raise ValueError(
-            f"sampler must be callable (logits [vocab] -> token id), got {type(sampler).__name__}"
-        )
-    if on_token is not None and not callable(on_token):
-        raise ValueError(f"on_token must be callable or None, got {type(on_token).__name__}")

@@ -33,7 +33,7 @@ from falsify.harness.instruments import CountingCancel
             (),
             None,
             None,
-            "prompt of 3 tokens with max_tokens=3 exceeds the model's 4 positions",
+            "prompt of 3 tokens with max_tokens=3 needs 5 positions; the context holds 4 (max_position_embeddings)",
         ),
         ([1], 1, [-1], None, None, "stop_tokens[0] = -1 is outside the vocabulary"),
         ([1], 1, (), object(), None, "cancel must be a cancel token (is_cancelled() and polls), got object"),
@@ -44,7 +44,9 @@ def test_each_bad_argument_is_one_named_error(
     prompt: Any, max_tokens: Any, stops: Any, cancel: Any, sampler: Any, message: str
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
-        generate_call(prompt, max_tokens, stops, cancel, sampler, None, vocab=10, positions=4, library=True)
+        generate_call(
+            prompt, max_tokens, stops, cancel, sampler, None, vocab=10, positions=4, nonempty=True, least=1
+        )
 
 
 @pytest.mark.parametrize(
@@ -73,11 +75,22 @@ def test_the_wire_client_leaves_the_engines_refusals_to_the_engine() -> None:
 def test_good_arguments_come_back_as_plain_ints_with_the_callers_token() -> None:
     cancel = CountingCancel(budget=2)
     call = generate_call(
-        np.array([3, 4], np.int32), np.int64(3), (9,), cancel, None, None, vocab=10, positions=4, library=True
+        np.array([3, 4], np.int32),
+        np.int64(3),
+        (9,),
+        cancel,
+        None,
+        None,
+        vocab=10,
+        positions=4,
+        nonempty=True,
+        least=1,
     )
     assert (call.prompt, call.stops, call.cancel, call.max_tokens) == ([3, 4], [9], cancel, 3)
     assert all(type(t) is int for t in [*call.prompt, *call.stops, call.max_tokens])
-    default = generate_call([1], 1, (), None, None, None, vocab=10, positions=4, library=True).cancel
+    default = generate_call(
+        [1], 1, (), None, None, None, vocab=10, positions=4, nonempty=True, least=1
+    ).cancel
     assert [default.is_cancelled() for _ in range(3)] == [False] * 3  # no token: one that never cancels
 
 

@@ -109,8 +109,14 @@ def test_the_harness_never_imports_the_reference_engine() -> None:
 
 # What the reference engine may use of the harness (issue #29: the harness owns its instruments, the reference uses
 # them): the engine-side instruments, whose distribution packaging/reference declares a dependency on. Nothing else:
-# the engine must not reach into the harness that judges it.
-INSTRUMENTS = {"falsify.engines.cancel", "falsify.engines.prefill", "falsify.engines.tokens"}
+# the engine must not reach into the harness that judges it. (calls: a generate call's argument checks, the same
+# refusals for the harness's own sessions and the reference engine's.)
+INSTRUMENTS = {
+    "falsify.engines.calls",
+    "falsify.engines.cancel",
+    "falsify.engines.prefill",
+    "falsify.engines.tokens",
+}
 
 
 def beyond_instruments(tree: ast.AST) -> list[tuple[int, str]]:

@@ -262,9 +262,9 @@ def test_bad_requests_are_refused_before_touching_state(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"cancel": 3}, r"cancel must be a CancelToken \(is_cancelled\(\) and polls\), got int$"),
-        ({"cancel": Sampler()}, r"cancel must be a CancelToken .*got Sampler$"),  # no is_cancelled, no polls
-        ({"cancel": CancelNoPolls()}, r"cancel must be a CancelToken .*got CancelNoPolls$"),
+        ({"cancel": 3}, r"cancel must be a cancel token \(is_cancelled\(\) and polls\), got int$"),
+        ({"cancel": Sampler()}, r"cancel must be a cancel token .*got Sampler$"),  # no is_cancelled, no polls
+        ({"cancel": CancelNoPolls()}, r"cancel must be a cancel token .*got CancelNoPolls$"),
         ({"sampler": "greedy"}, r"sampler must be callable \(logits \[vocab\] -> token id\), got str$"),
         ({"on_token": []}, r"on_token must be callable or None, got list$"),
     ],
@@ -277,6 +277,13 @@ def test_bad_collaborators_are_refused_before_touching_state(
     with pytest.raises(ValueError, match=message):
         session.generate([1, 2, 3], 4, **kwargs)
     assert spy.calls == [] and session.history == []
+
+
+def test_no_sampler_is_greedy(model: Any) -> None:
+    """sampler=None is the protocol's default (greedy), as the harness's own sessions read it."""
+    tokens = Session(model).generate([5, 6, 7], 4, sampler=None).tokens
+    assert tokens == Session(model).generate([5, 6, 7], 4).tokens
+    assert tokens == Session(model).generate([5, 6, 7], 4, sampler=greedy).tokens
 
 
 @settings(max_examples=8, deadline=None)

@@ -7,7 +7,8 @@ What is checked depends on who can refuse a bad request itself. A wire engine mu
 outside its vocabulary or a run past its context with an error of its own (docs/engine-protocol.md), and the
 harness judges that refusal, so the wire client checks only what cannot be sent (types, a max_tokens below 0, a
 cancel token, callables). A library generates at least one token and has no refusal to judge, so an adapter passes
-its vocabulary and context and asks for at least one token (`library=True`)."""
+its vocabulary and context and asks for a prompt and at least one token (`nonempty=True, least=1`). The reference
+engine's session, an engine, refuses with these same checks (`nonempty=True`, its vocabulary and context)."""
 
 from __future__ import annotations
 
@@ -48,20 +49,23 @@ def generate_call(
     *,
     vocab: int | None = None,
     positions: int | None = None,
-    library: bool = False,
+    nonempty: bool = False,
+    least: int = 0,
 ) -> GenerateCall:
     """The checked call, or a ValueError naming the first bad argument. With `vocab`, every id must be in
-    [0, vocab); with `positions`, the prompt and every emitted token but the last must fit; `library`: the prompt
-    must not be empty and max_tokens must be at least 1."""
+    [0, vocab); with `positions`, the prompt and every emitted token but the last must fit; `nonempty`: the
+    prompt must hold a token; max_tokens must be at least `least`."""
     ids = token_list(prompt, "prompt", vocab)
-    if library and not ids:
+    if nonempty and not ids:
         raise ValueError("prompt is empty: generate needs at least one token to prefill")
-    least = 1 if library else 0
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int | np.integer) or max_tokens < least:
         raise ValueError(f"max_tokens must be an int >= {least}, got {max_tokens!r}")
-    if positions is not None and len(ids) + max(int(max_tokens), 1) - 1 > positions:
+    # The prompt fills positions [0, len); each emitted token after the first is fed back at the next one.
+    needed = len(ids) + max(int(max_tokens), 1) - 1
+    if positions is not None and needed > positions:
         raise ValueError(
-            f"prompt of {len(ids)} tokens with max_tokens={max_tokens} exceeds the model's {positions} positions"
+            f"prompt of {len(ids)} tokens with max_tokens={max_tokens} needs {needed} positions; "
+            f"the context holds {positions} (max_position_embeddings)"
         )
     stops = token_list(stop_tokens, "stop_tokens", vocab)
     cancel = HarnessCancel.never() if cancel is None else cancel

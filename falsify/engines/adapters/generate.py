@@ -80,7 +80,8 @@ class AdapterSession(CheckedGenerate[R]):
             on_token,
             vocab=config.vocab_size,
             positions=config.max_position_embeddings,
-            library=True,
+            nonempty=True,
+            least=1,
         )
 
     def _run(self, call: GenerateCall) -> R:
