@@ -112,7 +112,7 @@ class Session:
             prompt,
             max_tokens,
             stop_tokens,
-            CancelToken.never() if cancel is None else cancel,
+            cancel,  # None: a token that never cancels (HarnessCancel.never(), CancelToken's own class)
             sampler,
             on_token,
             vocab=config.vocab_size,
