@@ -184,9 +184,9 @@ def test_leave_returns_pages_and_refusals_are_named() -> None:
 
 def test_bad_submits_are_refused_before_any_page_is_taken() -> None:
     host = LaneHost(Toy(), chunk_cap=4, pages=8, page_size=8)
-    with pytest.raises(PrefillError, match=r"token ids must lie in \[0, 37\)"):
+    with pytest.raises(PrefillError, match=r"prompt\[1\] = 99 is outside the vocabulary \[0, 37\)"):
         host.submit([1, 99], 3)
-    with pytest.raises(PrefillError, match="non-empty"):
+    with pytest.raises(PrefillError, match=r"^prompt is empty: a prefill needs at least one token$"):
         host.submit([], 3)
     with pytest.raises(ValueError, match="max_tokens must be an int >= 1, got 0"):
         host.submit([1], 0)

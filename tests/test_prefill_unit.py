@@ -86,9 +86,9 @@ def test_width_requests_move_cuts_only_on_an_invariant_model(model: Any) -> None
 
 
 def test_bad_prompts_and_marks_are_refused(model: Any) -> None:
-    with pytest.raises(PrefillError, match="non-empty 1-d sequence"):
+    with pytest.raises(PrefillError, match=r"^prompt is empty: a prefill needs at least one token$"):
         Prefill.open(model, model.new_state(), [])
-    with pytest.raises(PrefillError, match=r"lie in \[0, 512\), got min 0 max 512"):
+    with pytest.raises(PrefillError, match=r"^prompt\[1\] = 512 is outside the vocabulary \[0, 512\)$"):
         Prefill.open(model, model.new_state(), [0, 512])
     with pytest.raises(
         PrefillError, match=r"marks must lie strictly inside the prompt \(0, 10\), got \[10\]"
@@ -163,15 +163,14 @@ def test_run_says_whether_the_pass_completed(model: Any) -> None:
 @pytest.mark.parametrize(
     ("prompt", "shown"),
     [
-        ([1.5, 2.0], r"\(2,\) float64"),
-        ([[1, 2]], r"\(1, 2\) int64"),
-        (np.zeros((0, 3), np.int64), r"\(0, 3\) int64"),
+        ([1.5, 2.0], r"prompt\[0\] is 1.5, not an int token id"),
+        ([[1, 2]], r"prompt\[0\] is \[1, 2\], not an int token id"),
+        (np.zeros((0, 3), np.int64), r"prompt is empty: a prefill needs at least one token"),
+        ([1, True], r"prompt\[1\] is True, not an int token id"),
     ],
 )
 def test_a_prompt_that_is_not_a_flat_list_of_ints_is_refused(model: Any, prompt: Any, shown: str) -> None:
-    with pytest.raises(
-        PrefillError, match=rf"^prompt must be a non-empty 1-d sequence of ints, got {shown}$"
-    ):
+    with pytest.raises(PrefillError, match=rf"^{shown}$"):
         Prefill.open(model, model.new_state(), prompt)
 
 

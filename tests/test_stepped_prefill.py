@@ -120,8 +120,8 @@ def test_refusals_name_the_argument(model: Any) -> None:
         [1, 2],
         chunk_cap=100,
     )
-    refused(r"^prompt must be a non-empty 1-d sequence of ints, got \(0,\)", [])
-    refused(r"^prompt token ids must lie in \[0, 512\), got min 0 max 512$", [0, 512])
+    refused(r"^prompt is empty: a prefill needs at least one token$", [])
+    refused(r"^prompt\[1\] = 512 is outside the vocabulary \[0, 512\)$", [0, 512])
     refused(r"^marks must lie strictly inside the prompt \(0, 10\), got \[10\]$", list(range(10)), marks=[10])
     refused(r"^starts must lie strictly inside the prompt \(0, 10\), got \[0\]$", list(range(10)), starts=[0])
     state = model.new_state()

@@ -24,6 +24,8 @@ from typing import Any, Self
 
 import numpy as np
 
+from falsify.engines.tokens import token_list
+
 __all__ = ["Kept", "PrefillError", "Stepped", "SteppedPrefill", "chunk_invariant", "chunk_width"]
 
 
@@ -163,12 +165,14 @@ def chunk_width(model: Any, chunk_cap: int | None) -> int:
 
 
 def _token_tuple(prompt: Sequence[int], vocab: int) -> tuple[int, ...]:
-    ids = np.asarray(prompt)
-    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-        raise PrefillError(f"prompt must be a non-empty 1-d sequence of ints, got {ids.shape} {ids.dtype}")
-    if ids.min() < 0 or ids.max() >= vocab:
-        raise PrefillError(f"prompt token ids must lie in [0, {vocab}), got min {ids.min()} max {ids.max()}")
-    return tuple(int(t) for t in ids)
+    """The prompt's ids through the one token-id check (falsify.engines.tokens), as a PrefillError."""
+    try:
+        ids = token_list(prompt, "prompt", vocab)
+    except ValueError as e:
+        raise PrefillError(str(e)) from None
+    if not ids:
+        raise PrefillError("prompt is empty: a prefill needs at least one token")
+    return tuple(ids)
 
 
 def _inside(positions: Iterable[int], name: str, n: int) -> list[int]:
