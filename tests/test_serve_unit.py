@@ -408,17 +408,13 @@ def expected_events(rid: int, prompt: list[int], run: Any, harness: bool) -> lis
     return events
 
 
+CLAIMS = ("decode_forwards", "prefill_forwards", "polls", "reused")  # the counts a generate reply claims
+
+
 def result_of(run: Any) -> dict[str, Any]:
-    return {
-        "tokens": list(run.tokens),
-        "stop_reason": str(run.stop_reason),
-        "claims": {
-            "decode_forwards": run.decode_forwards,
-            "prefill_forwards": run.prefill_forwards,
-            "polls": run.polls,
-            "reused": run.reused,
-        },
-    }
+    """The generate reply that carries `run`: its tokens, its stop reason, and its CLAIMS by name."""
+    claims = {name: getattr(run, name) for name in CLAIMS}
+    return {"tokens": list(run.tokens), "stop_reason": str(run.stop_reason), "claims": claims}
 
 
 def session_engine() -> tuple[Engine, str]:
