@@ -18,16 +18,50 @@ enforces it):
 
 __version__ = "0.1.0"
 
-from falsify.errors import (
-    BindingError,
-    ContractError,
-    ContractViolation,
-    FalsifyError,
-    FormulaError,
-    ObservationError,
-)
-from falsify.harness.checks import cannot_show, check, corner_examples, corners, strategies
-from falsify.harness.instruments import CountingCancel, CountingModel, Forward
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from falsify.errors import (
+        BindingError,
+        ContractError,
+        ContractViolation,
+        FalsifyError,
+        FormulaError,
+        ObservationError,
+    )
+    from falsify.harness.checks import cannot_show, check, corner_examples, corners, strategies
+    from falsify.harness.instruments import CountingCancel, CountingModel, Forward
+
+# Imported on first use (PEP 562), so a process that imports one module below (an engine loader, say) does not
+# pay for the contract loader, its schema validator and numpy: `falsify.check` and `from falsify import check`
+# work as before.
+_EXPORTS = {
+    "BindingError": "falsify.errors",
+    "ContractError": "falsify.errors",
+    "ContractViolation": "falsify.errors",
+    "FalsifyError": "falsify.errors",
+    "FormulaError": "falsify.errors",
+    "ObservationError": "falsify.errors",
+    "cannot_show": "falsify.harness.checks",
+    "check": "falsify.harness.checks",
+    "corner_examples": "falsify.harness.checks",
+    "corners": "falsify.harness.checks",
+    "strategies": "falsify.harness.checks",
+    "CountingCancel": "falsify.harness.instruments",
+    "CountingModel": "falsify.harness.instruments",
+    "Forward": "falsify.harness.instruments",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'falsify' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BindingError",

@@ -1,6 +1,6 @@
 """Falsifier of contracts/engine-determinism-v1.yaml: the same forwards in fresh processes under 1, 2 and 3 BLAS
-threads, and in the test process itself, must give the same bytes. The children run this file as a script and
-load the engine the session tests (`--engine`) by name.
+threads, and in the test process itself, must give the same bytes. The children run tests/determinism_digests.py
+(which computes the digests this process computes too) and load the engine the session tests (`--engine`) by name.
 
 First a sensitivity control (issue 24): the children also compute plain, unpinned float32 products at the
 engine's shapes. Whether the thread count changes their bytes depends on the CPU and the BLAS kernel (under
@@ -10,59 +10,16 @@ prediction false, and the test says so (falsify.cannot_show) instead of passing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import pytest
+from determinism_digests import forward_digests
 
 import falsify
-
-LENGTHS = (75, 150)  # prompt lengths of forward_digests
-
-
-def _sha(x: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
-
-
-def product_digests(engine: Any) -> list[str]:
-    """sha256 of unpinned float32 products x Wᵀ and W xᵀ at the engine's shapes (W: [out, in] over its hidden,
-    intermediate and vocabulary sizes; x: the rows of each chunk forward_digests runs, and of a decode step), on
-    whatever BLAS threads this process has."""
-    c = engine.load_model(weights="f32").config
-    sizes = sorted({int(getattr(c, n)) for n in ("hidden_size", "intermediate_size", "vocab_size")})
-    chunk = int(c.chunk_size)
-    rows = sorted({min(chunk, n - s) for n in LENGTHS for s in range(0, n, chunk)} | {1})
-    rng = np.random.default_rng(0)
-    out = []
-    for m in sizes:
-        for k in sizes:
-            w = rng.standard_normal((m, k), dtype=np.float32)
-            for n in rows:
-                x = rng.standard_normal((n, k), dtype=np.float32)
-                out.append(f"[{n},{k}]x[{m},{k}]T {_sha(x @ w.T)} {_sha(w @ x.T)}")
-    return out
-
-
-def forward_digests(engine: Any) -> list[str]:
-    """Per weights kind and prompt: sha256 of a prefill's and four decode steps' logits, and the state digest.
-    150 tokens cross the 64-token chunk grid; decode steps are one-token forwards on the carried state."""
-    out = []
-    for weights in ("f32", "q4_k"):
-        model = engine.load_model(weights=weights)
-        for length in LENGTHS:
-            tokens = np.random.default_rng(length).integers(0, model.config.vocab_size, length + 4)
-            state = model.new_state()
-            logits = [model.forward(tokens[:length], state)]
-            logits += [model.forward(tokens[t : t + 1], state) for t in range(length, length + 4)]
-            digest = hashlib.sha256(b"".join(np.ascontiguousarray(x).tobytes() for x in logits)).hexdigest()
-            out.append(f"{weights}-{length}: logits {digest} state {state.digest()}")
-    return out
 
 
 def child_digests(engine_spec: str, threads: int) -> dict[str, list[str]]:
@@ -74,7 +31,7 @@ def child_digests(engine_spec: str, threads: int) -> dict[str, list[str]]:
     # over the threads, and so its bytes, does not depend on it.
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     done = subprocess.run(
-        [sys.executable, __file__, engine_spec],
+        [sys.executable, str(Path(__file__).with_name("determinism_digests.py")), engine_spec],
         env=env,
         cwd=Path(__file__).parent.parent,
         capture_output=True,
@@ -131,12 +88,3 @@ def test_bytes_do_not_depend_on_blas_threads(engine, request: pytest.FixtureRequ
         threads_a=1,
         threads_b=0,
     )
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, os.getcwd())  # the project under test (a mutant's scratch copy runs from its own root)
-    from falsify.engines.loading import load_engine
-
-    loaded = load_engine(sys.argv[1])
-    products = product_digests(loaded)  # before any forward: raw numpy at this process's thread count
-    print(json.dumps({"products": products, "forwards": forward_digests(loaded)}))
