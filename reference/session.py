@@ -1,6 +1,8 @@
 """One stream's generation loop: prefill a prompt, then decode token by token, polling a cancel token.
 
-The loop in `Session.generate` is the claim of contract apr-serve-cancellation-v1, in this order:
+`Session.generate` (falsify.engines.calls.CheckedGenerate: the Session protocol's signature) checks its
+arguments in `Session._check`, then runs the loop in `Session._run`, the claim of contract
+apr-serve-cancellation-v1, in this order:
 
     ended (a stop token, or max_tokens)?  -> stop, before any further forward
     poll the cancel token                 -> stop, before any further forward
@@ -11,21 +13,19 @@ so a run cancelled after n polls emits n tokens and runs n - 1 decode forwards (
 the prefill), and no run ever pays for a forward whose logits it throws away. The engine this follows first
 polled after the decode forward: with a budget of 8 polls it emitted 8 tokens and ran 8 decode passes, the
 last one wasted. The mutants in mutants/ (poll-after-forward, poll-deleted, forward-after-last-token) each
-undo one line of that order; they are matched by source text, so each statement of `generate` is unique there.
+undo one line of that order; they are matched by source text, so each statement of `_run` is unique there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from falsify.engines.calls import generate_call
-from reference.cancel import CancelToken
-from reference.sampling import SampleFn, greedy
+from falsify.engines.calls import CheckedGenerate, GenerateCall, generate_call
+from reference.sampling import greedy
 
 
 class StopReason(StrEnum):
@@ -81,7 +81,7 @@ def _ended(tokens: list[int], max_tokens: int, stops: frozenset[int]) -> StopRea
     return None
 
 
-class Session:
+class Session(CheckedGenerate[Run]):
     """A model and one stream's state, with the exact token history that state has consumed.
 
     A later `generate` whose prompt starts with that history prefills only the rest of the prompt. After a run
@@ -96,19 +96,13 @@ class Session:
         self.history: list[int] = []  # tokens the state has consumed, in order; len == state.pos
         self._logits: np.ndarray | None = None  # [vocab] logits after the last token of history
 
-    def generate(
-        self,
-        prompt: Sequence[int],
-        max_tokens: int,
-        cancel: CancelToken | None = None,
-        stop_tokens: Iterable[int] = (),
-        sampler: SampleFn | None = greedy,
-        on_token: Callable[[int], object] | None = None,
-    ) -> Run:
-        """Emit up to `max_tokens` tokens continuing `prompt`; the module docstring gives the loop's order."""
-        sampler = greedy if sampler is None else sampler
-        config = self.model.config  # refused before touching any state
-        call = generate_call(
+    def _check(
+        self, prompt: Any, max_tokens: Any, stop_tokens: Any, cancel: Any, sampler: Any, on_token: Any
+    ) -> GenerateCall:
+        """Refuse a bad call before touching any state: also a prompt that is empty, an id outside the vocabulary
+        and a run past the context, as an engine must (falsify.engines.calls)."""
+        config = self.model.config
+        return generate_call(
             prompt,
             max_tokens,
             stop_tokens,
@@ -119,7 +113,11 @@ class Session:
             positions=config.max_position_embeddings,
             nonempty=True,
         )
-        prompt, stops, cancel = call.prompt, frozenset(call.stops), call.cancel
+
+    def _run(self, call: GenerateCall) -> Run:
+        """Emit up to `max_tokens` tokens continuing `prompt`; the module docstring gives the loop's order."""
+        prompt, max_tokens, stops, cancel = call.prompt, call.max_tokens, frozenset(call.stops), call.cancel
+        sampler, on_token = greedy if call.sampler is None else call.sampler, call.on_token
         polls_before = cancel.polls
         meter = _Meter()
         tokens: list[int] = []

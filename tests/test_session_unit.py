@@ -367,11 +367,13 @@ def _statement_texts(func: Any) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("mutant", ["poll-after-forward", "poll-deleted", "forward-after-last-token"])
-def test_each_mutant_statement_and_anchor_is_unique_in_generate(mutant: str) -> None:
+@pytest.mark.parametrize(
+    "mutant", ["poll-after-forward", "poll-deleted", "forward-after-last-token", "cancel-flushes-stale-token"]
+)
+def test_each_mutant_statement_and_anchor_is_unique_in_the_loop(mutant: str) -> None:
     doc = yaml.safe_load((Path(__file__).parents[1] / "mutants" / f"{mutant}.yaml").read_text())
-    assert doc["file"] == "reference/session.py" and doc["function"] == "Session.generate"
-    texts = _statement_texts(Session.generate)
+    assert doc["file"] == "reference/session.py" and doc["function"] == "Session._run"
+    texts = _statement_texts(Session._run)
     for key in ("statement", "anchor"):
         if key in doc:
             wanted = "".join(doc[key].split())

@@ -8,7 +8,8 @@ outside its vocabulary or a run past its context with an error of its own (docs/
 harness judges that refusal, so the wire client checks only what cannot be sent (types, a max_tokens below 0, a
 cancel token, callables). A library generates at least one token and has no refusal to judge, so an adapter passes
 its vocabulary and context and asks for a prompt and at least one token (`nonempty=True, least=1`). The reference
-engine's session, an engine, refuses with these same checks (`nonempty=True`, its vocabulary and context)."""
+engine's session, an engine, is a CheckedGenerate too and refuses with these same checks (`nonempty=True`, its
+vocabulary and context)."""
 
 from __future__ import annotations
 
