@@ -247,9 +247,10 @@ def repeat(project: Path, times: int) -> None:
 
 def with_cluster(nodes: int, fn: Callable[[dict[str, str], str, str], Any]) -> Any:
     port = free_port()
-    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
     ray = str(BIN / "ray")
     temp = tempfile.mkdtemp(prefix="falsify-ray-bench-")
+    # TMPDIR: the workers' unpacked project snapshots go under the cluster's temp dir, removed with it
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "TMPDIR": temp}
     start_head(ray, port, temp, env, timeout=300)
     workers = [start_worker(ray, port, temp, env) for _ in range(nodes - 1)]
     try:

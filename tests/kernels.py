@@ -20,6 +20,8 @@ reach the same kernel with the same layout. For each name of KERNELS:
   that threadpoolctl sees the kernel asked for, then runs; the processes those start inherit the same
   OPENBLAS_CORETYPE.
 
+Each kernel's logs, JUnit file and gate output go to .falsify/kernels/, replaced by the next run.
+
 Exit 0 only when at least one kernel ran and every kernel run passed its tests and its gate; 2 when none ran.
 """
 
@@ -27,9 +29,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
@@ -207,7 +209,10 @@ def main(args: list[str]) -> int:
     if not runs:
         print("kernels: no kernel of " + ", ".join(KERNELS) + " can run here: nothing was checked")
         return 2
-    out = Path(tempfile.mkdtemp(prefix="falsify-kernels-"))
+    # The logs stay in the project, replaced by each run (not one more directory in /tmp per run).
+    out = Path(__file__).resolve().parent.parent / ".falsify" / "kernels"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     failed = []
     started = time.perf_counter()
     for kernel, names in runs.items():

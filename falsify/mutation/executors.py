@@ -20,9 +20,12 @@ import hashlib
 import importlib
 import io
 import os
+import re
+import shutil
 import signal
 import tarfile
 import tempfile
+import time
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -91,24 +94,50 @@ def skipper(exclude: tuple[str, ...] = ()) -> Callable[[Path], bool]:
     return skip
 
 
-def unpack(digest: str, data: bytes) -> Path:
-    """The snapshot's tree on this node, unpacked once (later tasks with the same digest reuse it)."""
-    base = Path(tempfile.gettempdir()) / f"falsify-ray-{digest[:32]}"
-    if (base / ".complete").is_file():
+SNAPSHOT_KEEP_S = 24 * 3600  # a node's unpacked snapshot no task has used for this long is removed
+
+
+def unpack(digest: str, data: bytes, tmp: Path | None = None) -> Path:
+    """The snapshot's tree on this node, unpacked once (later tasks with the same digest reuse it) in `tmp` (the
+    temp directory). Each use marks it used; snapshots (and unfinished unpackings) of other digests no task has
+    used for SNAPSHOT_KEEP_S are removed, so a node does not keep a copy of every project state it ever ran."""
+    tmp = Path(tempfile.gettempdir()) if tmp is None else tmp
+    base = tmp / f"falsify-ray-{digest[:32]}"
+    done = base / ".complete"
+    if done.is_file():
+        os.utime(done)
+        _evict(tmp, keep=base)
         return base
-    staging = Path(tempfile.mkdtemp(prefix=f"falsify-ray-{digest[:12]}-"))
     if hashlib.sha256(data).hexdigest() != digest:
         raise ExecutorError(f"snapshot {digest[:16]}…: content does not match its digest")
+    staging = Path(tempfile.mkdtemp(prefix=f"falsify-ray-{digest[:12]}-", dir=tmp))
     with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
         tar.extractall(staging, filter="data")  # refuses absolute paths, .. and links out
     (staging / ".complete").write_text(digest, encoding="utf-8")
     try:
         os.rename(staging, base)  # atomic; another task may have won the race, which is as good
     except OSError:
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)
+    _evict(tmp, keep=base)
     return base
+
+
+def _evict(tmp: Path, keep: Path) -> None:
+    """Remove this executor's snapshot trees in `tmp` last used more than SNAPSHOT_KEEP_S ago (by their
+    .complete file's mtime, else the directory's), except `keep`."""
+    cutoff = time.time() - SNAPSHOT_KEEP_S
+    for path in tmp.glob("falsify-ray-*"):
+        name = path.name.removeprefix("falsify-ray-")
+        ours = re.fullmatch(r"[0-9a-f]{32}|[0-9a-f]{12}-\w+", name) is not None
+        if path == keep or not ours or path.is_symlink() or not path.is_dir():
+            continue
+        try:
+            marker = path / ".complete"
+            used = (marker if marker.is_file() else path).stat().st_mtime
+        except OSError:
+            continue
+        if used < cutoff:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _node_ip(address: str | None) -> dict[str, str]:

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -72,8 +73,8 @@ def own_processes(marker: str, open_files: bool = True) -> list[int]:
 
 def stop_own_cluster(ray: str, temp: str, groups: list[int], env: dict[str, str]) -> None:
     """Stop only the cluster this script started: its worker nodes' process groups, then every process that
-    names its temp directory (the head's GCS, raylets, workers). Never `ray stop --force`, which stops every Ray
-    process on the machine, other users' clusters too."""
+    names its temp directory (the head's GCS, raylets, workers), then the directory itself. Never
+    `ray stop --force`, which stops every Ray process on the machine, other users' clusters too."""
     for pgid in groups:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
@@ -82,6 +83,7 @@ def stop_own_cluster(ray: str, temp: str, groups: list[int], env: dict[str, str]
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
+    shutil.rmtree(temp, ignore_errors=True)  # the cluster's logs and sockets: nothing of it is left in /tmp
 
 
 def start_head(ray: str, port: int, temp: str, env: dict[str, str], timeout: float) -> None:
@@ -129,7 +131,9 @@ def main() -> int:
     temp = Path(tempfile.mkdtemp(prefix="falsify-ray-"))
     port = free_port()
     ray = str(BIN / "ray")
-    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    # TMPDIR: the workers' scratch (the executor's unpacked project snapshots) goes under the cluster's own temp
+    # directory, which stop_own_cluster removes.
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "TMPDIR": str(temp)}
     start_head(ray, port, str(temp), env, timeout=180)
     worker = start_worker(ray, port, str(temp), env)
     killed = False
