@@ -824,9 +824,26 @@ def in_thread(fn: Callable[[], Any]) -> Any:
     return box[0]
 
 
+class ReadToItsEndOnce(io.BytesIO):
+    """An input that may be read to its end once: a read after the end of input raises, so an engine that goes
+    on reading there (and would spin at its end forever) fails at once instead of after WAIT seconds of spinning,
+    which under mutmut outlasted its timeout."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.ended = False
+
+    def readline(self, size: int | None = -1) -> bytes:
+        if self.ended:
+            raise AssertionError("serve_stdio read again after the end of its input")
+        got = super().readline(size)
+        self.ended = got == b""
+        return got
+
+
 def stdio(*items: Any) -> tuple[Any, list[Any]]:
     """serve_stdio over `items` (messages, or raw bytes lines) then end of input: (its result, lines it wrote)."""
-    inp = io.BytesIO(b"".join(i if isinstance(i, bytes) else line(i) for i in items))
+    inp = ReadToItsEndOnce(b"".join(i if isinstance(i, bytes) else line(i) for i in items))
     out = io.BytesIO()
     code = in_thread(lambda: serve_stdio(inp, out))
     written = out.getvalue()
@@ -1269,7 +1286,7 @@ def test_main_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixtur
 
 def test_main_without_arguments_serves_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
     stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(line(INIT)), encoding="utf-8"))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(ReadToItsEndOnce(line(INIT)), encoding="utf-8"))
     monkeypatch.setattr(sys, "stdout", stdout)
     assert main([]) == 0
     stdout.flush()
