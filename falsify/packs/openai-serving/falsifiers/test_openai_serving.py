@@ -156,9 +156,8 @@ def test_a_client_hung_up_during_prompt_processing_frees_the_slot(engine: Any) -
     probe = probe_prompt(engine, 2000)
     idle = idle_ttft(engine, probe)
     # A fresh long prompt each time: a server with a prompt cache would reuse an earlier one's prefix.
-    prefill = first = ttft(
-        engine, prompt(2001, PREFILL_PROMPT)
-    )  # when to hang up: HANG_UP_AT of it, kept up to date
+    # When to hang up: HANG_UP_AT of the prefill time, first measured here, then kept up to date by each control.
+    prefill = first = ttft(engine, prompt(2001, PREFILL_PROMPT))
 
     def at_hang_up_point(seed: int) -> tuple[Any, float]:
         stream = engine.open_stream(prompt(seed, PREFILL_PROMPT), 1, wait=False)
