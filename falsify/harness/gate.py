@@ -23,6 +23,7 @@ from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.errors import FalsifyError
 from falsify.harness.command import falsifier_args, falsifier_dirs
+from falsify.harness.draws import hypothesis_line, seeded
 from falsify.harness.proven import (
     PredictionProof,
     Proof,
@@ -302,7 +303,7 @@ def _gate(
     ran = run_pytest_timed(
         project,
         results_path,
-        pytest_args,
+        seeded(pytest_args),
         engine=engine,
         junit=junit,
         timeout=whole or None,
@@ -347,6 +348,7 @@ def _gate(
                 "proof_source": proof_source,
                 "tests": test_counts(results),
                 "wire_coverage": results.get("wire_coverage"),
+                "hypothesis": results.get("hypothesis"),
                 "predictions": [
                     asdict(r)
                     | {
@@ -373,6 +375,9 @@ def _gate(
     wire = wire_coverage_line(results)
     if wire:
         print(wire)
+    hypothesis = hypothesis_line(results)
+    if hypothesis:
+        print(hypothesis)
     print(f"gate: PROVEN from {proof_source}")
     for pid, proof in proved.items():
         if proof.status is Proof.EXCUSED:

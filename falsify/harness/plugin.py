@@ -26,44 +26,12 @@ from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import CannotShowHere, Observation
 from falsify.harness.collection import UnmarkedModules
+from falsify.harness.draws import draws, register_profiles
 from falsify.harness.results import write_results
 from falsify.project import Project, ProjectError, find_project_or_none
 
 NOT_APPLICABLE = "NOT APPLICABLE: "
 _PREVIOUS_DIRS = pytest.StashKey[tuple[Path, ...]]()
-
-
-def _register_hypothesis_profiles() -> None:
-    try:
-        from hypothesis import HealthCheck, Phase, settings
-    except ImportError:  # hypothesis is a dependency, but the plugin must not break a project without it
-        return
-    quiet = [HealthCheck.too_slow, HealthCheck.data_too_large]
-    settings.register_profile("dev", deadline=None)
-    # CI: same examples every run, nothing remembered between runs, failures printed as a reproduction blob.
-    settings.register_profile(
-        "ci", derandomize=True, database=None, deadline=None, print_blob=True, suppress_health_check=quiet
-    )
-    # Campaigns (falsify campaign): many examples, each shard seeded by --hypothesis-seed, a failure printed as a
-    # reproduction blob, nothing shared between shards through a database.
-    settings.register_profile(
-        "thorough",
-        max_examples=1000,
-        deadline=None,
-        print_blob=True,
-        database=None,
-        suppress_health_check=quiet,
-    )
-    # Mutation runs only need the first counterexample, fast: no shrinking, no database, fixed seed.
-    settings.register_profile(
-        "mutation",
-        derandomize=True,
-        database=None,
-        deadline=None,
-        max_examples=25,
-        phases=[Phase.explicit, Phase.reuse, Phase.generate],
-        suppress_health_check=quiet,
-    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -125,6 +93,7 @@ class FalsifyPlugin:
         # category; collection errors and skips; deselected items), so the gate and evidence say pytest's numbers.
         self.counts: Counter[str] = Counter()
         self.unmarked = UnmarkedModules(config)
+        self.hypothesis: dict[str, Any] | None = None  # how hypothesis draws this run's examples (draws.py)
 
     def load(self) -> Corpus:
         if self.corpus is None:
@@ -307,6 +276,9 @@ class FalsifyPlugin:
             )
 
     # -- pytest's own tally ----------------------------------------------------------------------------------
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.hypothesis = draws(self.config)  # after every plugin's configure: the profile is the run's
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # "collected N items": every item collected, before any deselection (the terminal reporter's count)
         self.counts["collected"] += sum(1 for node in report.result if isinstance(node, pytest.Item))
@@ -415,6 +387,7 @@ class FalsifyPlugin:
             "tests": self.results,
             "counts": dict(self.counts),
             **({"wire_coverage": self.wire_coverage} if getattr(self, "wire_coverage", None) else {}),
+            **({"hypothesis": self.hypothesis} if self.hypothesis else {}),
         }
         write_results(Path(path), payload, self._written if compact else None)
 
@@ -541,7 +514,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if found is None:
         return  # not a falsify project: change nothing
     contracts, project, packs = found
-    _register_hypothesis_profiles()
+    register_profiles()
     if os.environ.get("HYPOTHESIS_PROFILE") or os.environ.get("CI"):
         try:
             from hypothesis import settings

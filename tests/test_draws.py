@@ -1,0 +1,104 @@
+"""How the gate's runs draw hypothesis examples (falsify/harness/draws.py): one seed per run, drawn afresh each run
+unless the caller chose a seed or a profile; the parametrized copies of a falsifier draw the same examples under
+it; the run records it, and the same seed draws the same examples again. Real pytest sessions (pytester, in a
+subprocess: hypothesis' seed and profile are process-wide)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from falsify.harness.draws import SEED_OPTION, hypothesis_line, seeded
+
+DATA = Path(__file__).parent / "data" / "contracts"
+CONTRACT = (DATA / "plugin-demo-v1.yaml").read_text(encoding="utf-8")
+
+COPIES = """\
+import json, os, falsify, pytest
+from hypothesis import given, settings, strategies as st
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001")
+@pytest.mark.parametrize("copy", ["a", "b"])
+@settings(max_examples=20, database=None)
+@given(st.lists(st.integers(0, 10**9), max_size=5))
+def test_draws(copy, xs):
+    with open(os.path.join(os.environ["DRAWN"], copy), "a") as f:
+        f.write(json.dumps(xs) + "\\n")
+    falsify.check("FALSIFY-DEMO-001", emitted=8, decode_forwards=7)
+
+@pytest.mark.falsifies("FALSIFY-DEMO-002")
+def test_budget():
+    falsify.check("FALSIFY-DEMO-002", emitted=3, n=4)
+"""
+
+
+@pytest.fixture
+def unchosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither CI nor HYPOTHESIS_PROFILE: under either the plugin loads a profile, and the gate adds no seed."""
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+
+
+def test_a_seed_is_added_and_drawn_afresh_each_run(unchosen: None) -> None:
+    runs = [seeded(["-q"]) for _ in range(3)]
+    for args in runs:
+        assert args[0] == "-q" and len(args) == 2 and args[1].startswith(SEED_OPTION + "=")
+        assert 0 <= int(args[1].split("=", 1)[1]) < 2**32
+    assert len({args[1] for args in runs}) > 1, runs
+
+
+@pytest.mark.parametrize("chosen", [[SEED_OPTION, "7"], [f"{SEED_OPTION}=7"]])
+def test_a_seed_the_caller_chose_is_kept(unchosen: None, chosen: list[str]) -> None:
+    assert seeded(["-q", *chosen]) == ["-q", *chosen]
+
+
+@pytest.mark.parametrize("env", ["CI", "HYPOTHESIS_PROFILE"])
+def test_no_seed_under_a_chosen_profile(monkeypatch: pytest.MonkeyPatch, env: str) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    monkeypatch.setenv(env, "ci" if env == "HYPOTHESIS_PROFILE" else "true")
+    assert seeded(["-q"]) == ["-q"]
+
+
+def drawn(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tag: str, *args: str
+) -> tuple[dict[str, list[str]], dict[str, object]]:
+    out = pytester.path / tag
+    out.mkdir()
+    results = pytester.path / f"{tag}.json"
+    monkeypatch.setenv("DRAWN", str(out))
+    run = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--falsify-results={results}", *args)
+    run.assert_outcomes(passed=3)
+    copies = {p.name: p.read_text().splitlines() for p in sorted(out.iterdir())}
+    return copies, json.loads(results.read_text())["hypothesis"]
+
+
+def test_the_copies_draw_the_same_examples_and_the_seed_draws_them_again(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, unchosen: None
+) -> None:
+    pytester.makefile(".ini", pytest="[pytest]\nfalsify_contracts = contracts\n")
+    (pytester.path / "contracts").mkdir()
+    (pytester.path / "contracts" / "demo-v1.yaml").write_text(CONTRACT)
+    pytester.makepyfile(test_demo=COPIES)
+    first, record = drawn(pytester, monkeypatch, "first", *seeded([]))
+    seed = record["seed"]
+    assert record == {"profile": "default", "derandomize": False, "seed": seed} and seed is not None
+    assert set(first) == {"a", "b"} and len(first["a"]) >= 10
+    assert first["a"] == first["b"], "the two copies drew different examples under one seed"
+    again, _ = drawn(pytester, monkeypatch, "again", f"{SEED_OPTION}={seed}")
+    assert again == first
+    # without a seed each copy draws its own: the control that the equality above is the seed's doing
+    apart, record = drawn(pytester, monkeypatch, "apart")
+    assert record["seed"] is None and apart["a"] != apart["b"]
+
+
+def test_the_gates_line_names_the_seed_or_says_why_there_is_none() -> None:
+    seed = hypothesis_line({"hypothesis": {"profile": "default", "derandomize": False, "seed": "42"}})
+    assert seed is not None and f"`falsify gate -- {SEED_OPTION}=42` draws this run's examples again" in seed
+    fixed = hypothesis_line({"hypothesis": {"profile": "ci", "derandomize": True, "seed": None}})
+    assert fixed == "gate: hypothesis profile 'ci' is derandomized: every run draws the same examples"
+    lost = hypothesis_line({"hypothesis": {"profile": "default", "derandomize": False, "seed": None}})
+    assert lost is not None and "not reproducible" in lost
+    assert hypothesis_line({}) is None
