@@ -3,7 +3,11 @@ time (user + system of the whole process tree: the gate, its pytest and any inte
 load average before and after, for each repeat. Budget (issue #28): <= 15 s CPU. A figure, not a test: nothing
 here fails on time.
 
-python benchmarks/gate.py [--repeats 1] [--engine reference] [--out FILE]
+python benchmarks/gate.py [--repeats 1] [--engine reference] [--seed N] [--out FILE]
+
+Each gate run draws its hypothesis examples from a seed of its own (docs/cli.md), so the figure moves with the
+examples drawn as well as with the machine; --seed N runs every repeat on the same examples, for comparing two
+trees side by side.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def one_run(engine: str) -> dict[str, Any]:
+def one_run(engine: str, seed: int | None) -> dict[str, Any]:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="falsify-gate-bench-") as out:
         cmd = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", out]
+        if seed is not None:
+            cmd += ["--", f"--hypothesis-seed={seed}"]
         load_before = os.getloadavg()
         cpu, wall = children_cpu(), time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
@@ -50,6 +56,7 @@ def one_run(engine: str) -> dict[str, Any]:
     verdict = next(
         (line for line in proc.stdout.splitlines() if line.startswith(("gate: PASS", "gate: FAIL"))), ""
     )
+    drawn = next((line for line in proc.stdout.splitlines() if line.startswith("gate: hypothesis")), "")
     return {
         "exit": proc.returncode,
         "wall_s": round(wall, 2),
@@ -57,6 +64,7 @@ def one_run(engine: str) -> dict[str, Any]:
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
         "verdict": verdict if proc.returncode == 0 else (proc.stdout + proc.stderr)[-2000:],
+        "hypothesis": drawn,
     }
 
 
@@ -64,14 +72,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--engine", default="reference")
+    parser.add_argument("--seed", type=int, help="every repeat draws the examples of this hypothesis seed")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
-    runs = [one_run(args.engine) for _ in range(args.repeats)]
+    runs = [one_run(args.engine, args.seed) for _ in range(args.repeats)]
     for i, run in enumerate(runs, 1):
         print(
             f"gate run {i}: exit {run['exit']}, {run['wall_s']} s wall, {run['cpu_s']} s CPU (user + system), "
             f"load average {run['load_before'][0]} before, {run['load_after'][0]} after (1-minute)"
         )
+        if run["hypothesis"]:
+            print(f"  {run['hypothesis']}")
     cpus = sorted(float(r["cpu_s"]) for r in runs)
     walls = sorted(float(r["wall_s"]) for r in runs)
     loads = sorted(float(r["load_before"][0]) for r in runs)
@@ -81,7 +92,7 @@ def main() -> int:
         f"{loads[0]}-{loads[-1]}; {BYTECODE}; budget 15 s CPU (issue #28)"
     )
     if args.out:
-        data = {"engine": args.engine, "bytecode": BYTECODE, "runs": runs}
+        data = {"engine": args.engine, "bytecode": BYTECODE, "seed": args.seed, "runs": runs}
         args.out.write_text(json.dumps(data, indent=1), encoding="utf-8")
     return 0 if all(r["exit"] == 0 for r in runs) else 1
 

@@ -110,7 +110,7 @@ def _chunk(
     T = np.tril((k_beta @ k.transpose(0, 2, 1)) * D, -1) + np.eye(C, dtype=np.float32)
     decay = np.exp(gc)[:, :, None]  # [H, C, 1]
     rhs = np.concatenate([v * beta[:, :, None], k_beta * decay], axis=2)
-    solved = rhs if C == 1 else unit_lower_inverse(T) @ rhs  # T = I for a single token
+    solved = lower_inverse(T) @ rhs
     u, w = solved[:, :, : v.shape[2]], solved[:, :, v.shape[2] :]
     v_new = u - w @ S  # [H, C, dv]
     o = (q * decay) @ S + ((q @ k.transpose(0, 2, 1)) * D) @ v_new
@@ -119,16 +119,17 @@ def _chunk(
     return o, S
 
 
-def unit_lower_inverse(T: np.ndarray) -> np.ndarray:  # [H, C, C] -> [H, C, C]
-    """Inverse of unit lower triangular matrices by doubling, as flash-linear-attention's solve_tril: a block
-    [[A, 0], [B, D]] has the inverse [[A⁻¹, 0], [−D⁻¹ B A⁻¹, D⁻¹]], so log2(C) rounds of batched products build
-    it from the diagonal up (a third of np.linalg.solve's time at C = 64, whose LU pivoting finds nothing to do
-    here). T sits in the top-left corner of an identity of the next power of two, where its inverse stays."""
-    H, C = T.shape[0], T.shape[1]
+def lower_inverse(T: np.ndarray) -> np.ndarray:  # [H, C, C] -> [H, C, C]
+    """Inverse of lower triangular matrices by doubling, as flash-linear-attention's solve_tril: a block
+    [[A, 0], [B, D]] has the inverse [[A⁻¹, 0], [−D⁻¹ B A⁻¹, D⁻¹]], so from the diagonal's reciprocals up,
+    log2(C) rounds of batched products build it (a third of np.linalg.solve's time for the chunk's T at C = 64,
+    where LU pivoting finds nothing to do). T sits in the top-left corner of an identity of the next power of two:
+    a block lower triangular matrix's inverse has the inverse of its top-left block in its top-left corner."""
+    H, C, _ = T.shape
     P = 1 << (C - 1).bit_length()
     full = np.broadcast_to(np.eye(P, dtype=np.float32), (H, P, P)).copy()
     full[:, :C, :C] = T
-    inv = np.broadcast_to(np.eye(P, dtype=np.float32), (H, P, P)).copy()
+    inv = np.eye(P, dtype=np.float32) / np.diagonal(full, axis1=1, axis2=2)[:, :, None]  # the 1x1 blocks
     b = 1
     while b < P:
         n, r = P // (2 * b), np.arange(P // (2 * b))

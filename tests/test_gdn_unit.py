@@ -228,21 +228,27 @@ def test_decode_steps_run_the_recurrent_kernel_and_chunks_the_chunked_one(small_
     assert calls == [("recurrent", 1, None), ("chunked", 2, 4), ("chunked", 10, 4)]
 
 
+@pytest.mark.parametrize("unit", [True, False], ids=["unit", "any-diagonal"])
 @pytest.mark.parametrize("C", [1, 2, 3, 5, 16, 37, 63, 64])
-def test_unit_lower_inverse_is_the_inverse(C: int) -> None:
-    """The chunk's T⁻¹, at every chunk length (the last chunk is cut short): exact zeros above the diagonal and
-    ones on it, and within the componentwise bound of a triangular inverse (Higham, Accuracy and Stability of
-    Numerical Algorithms, ch. 14): |X̂ − X| <= C u |X| |T| |X|, u = 2⁻²⁴, X the float64 inverse."""
+def test_lower_inverse_is_the_inverse(C: int, unit: bool) -> None:
+    """The chunk's T⁻¹ (unit diagonal), and any lower triangular one's, at every chunk length (the last chunk is
+    cut short): exact zeros above the diagonal, the diagonal's reciprocals on it, and within the componentwise
+    bound of a triangular inverse (Higham, Accuracy and Stability of Numerical Algorithms, ch. 14):
+    |X̂ − X| <= C u |X| |T| |X|, u = 2⁻²⁴, plus the same bound at 2⁻⁵³ for X, the float64 inverse it is compared
+    with. Above the diagonal T is ignored."""
     rng = np.random.default_rng(C)
     k = rng.normal(size=(HV, C, DK))
     k /= np.linalg.norm(k, axis=-1, keepdims=True)
     beta = rng.uniform(0.0, 1.0, (HV, C, 1))
-    T = (np.tril((beta * k) @ k.transpose(0, 2, 1), -1) + np.eye(C)).astype(np.float32)
-    got = gdn.unit_lower_inverse(T)
+    diagonal = np.ones((HV, C)) if unit else rng.uniform(0.5, 2.0, (HV, C))
+    T = np.tril((beta * k) @ k.transpose(0, 2, 1), -1) + diagonal[:, :, None] * np.eye(C)
+    T = T.astype(np.float32)
+    got = gdn.lower_inverse(T + np.triu(rng.normal(size=T.shape), 1).astype(np.float32))
     assert got.shape == T.shape and got.dtype == np.float32 and got.flags.c_contiguous
     assert np.array_equal(np.triu(got, 1), np.zeros_like(got)), "nonzero above the diagonal"
-    assert np.array_equal(np.diagonal(got, axis1=1, axis2=2), np.ones((HV, C))), "diagonal other than 1"
-    X = np.linalg.inv(T.astype(np.float64))
-    bound = C * 2.0**-24 * (np.abs(X) @ np.abs(T.astype(np.float64)) @ np.abs(X))
+    want = np.float32(1) / diagonal.astype(np.float32)
+    assert np.array_equal(np.diagonal(got, axis1=1, axis2=2), want), "a diagonal other than 1 / T's"
+    X = np.tril(np.linalg.inv(T.astype(np.float64)))  # LU's pivoting leaves ~1e-16 above the diagonal
+    bound = C * (2.0**-24 + 2.0**-53) * (np.abs(X) @ np.abs(T.astype(np.float64)) @ np.abs(X))
     excess = np.abs(got - X) - bound
     assert excess.max() <= 0, f"C={C}: |X̂ - X| over the bound by {excess.max():.3g}"
