@@ -126,17 +126,16 @@ def lower_inverse(T: np.ndarray) -> np.ndarray:  # [H, C, C] -> [H, C, C]
     where LU pivoting finds nothing to do). T sits in the top-left corner of an identity of the next power of two:
     a block lower triangular matrix's inverse has the inverse of its top-left block in its top-left corner."""
     H, C, _ = T.shape
-    P = 1 << (C - 1).bit_length()
+    levels = (C - 1).bit_length()
+    P = 1 << levels
     full = np.broadcast_to(np.eye(P, dtype=np.float32), (H, P, P)).copy()
     full[:, :C, :C] = T
     inv = np.eye(P, dtype=np.float32) / np.diagonal(full, axis1=1, axis2=2)[:, :, None]  # the 1x1 blocks
-    b = 1
-    while b < P:
+    for b in (1 << level for level in range(levels)):  # a bounded loop: no mutant of it can hang
         n, r = P // (2 * b), np.arange(P // (2 * b))
         # the n diagonal blocks of size 2b, each [[A, 0], [B, D]], as [n, H, .., ..] (the block index leads)
         iv, tv = inv.reshape(H, n, 2 * b, n, 2 * b), full.reshape(H, n, 2 * b, n, 2 * b)
         iv[:, r, b:, r, :b] = -(iv[:, r, b:, r, b:] @ (tv[:, r, b:, r, :b] @ iv[:, r, :b, r, :b]))
-        b *= 2
     return np.ascontiguousarray(inv[:, :C, :C])
 
 
