@@ -6,11 +6,12 @@ subprocess: hypothesis' seed and profile are process-wide)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from falsify.harness.draws import SEED_OPTION, hypothesis_line, seeded
+from falsify.harness.draws import SEED_ENV, SEED_OPTION, hypothesis_line, seeded
 
 DATA = Path(__file__).parent / "data" / "contracts"
 CONTRACT = (DATA / "plugin-demo-v1.yaml").read_text(encoding="utf-8")
@@ -36,30 +37,31 @@ def test_budget():
 
 @pytest.fixture
 def unchosen(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Neither CI nor HYPOTHESIS_PROFILE: under either the plugin loads a profile, and the gate adds no seed."""
-    monkeypatch.delenv("CI", raising=False)
-    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
+    """Neither CI nor HYPOTHESIS_PROFILE (under either the plugin loads a profile, and the gate adds no seed), nor a
+    seed already chosen."""
+    for name in ("CI", "HYPOTHESIS_PROFILE", SEED_ENV):
+        monkeypatch.delenv(name, raising=False)
 
 
 def test_a_seed_is_added_and_drawn_afresh_each_run(unchosen: None) -> None:
     runs = [seeded(["-q"]) for _ in range(3)]
-    for args in runs:
-        assert args[0] == "-q" and len(args) == 2 and args[1].startswith(SEED_OPTION + "=")
-        assert 0 <= int(args[1].split("=", 1)[1]) < 2**32
-    assert len({args[1] for args in runs}) > 1, runs
+    for env in runs:
+        assert env is not None and 0 <= int(env[SEED_ENV]) < 2**32
+        assert {k: v for k, v in env.items() if k != SEED_ENV} == dict(os.environ)
+    assert len({env[SEED_ENV] for env in runs if env}) > 1, runs
 
 
 @pytest.mark.parametrize("chosen", [[SEED_OPTION, "7"], [f"{SEED_OPTION}=7"]])
 def test_a_seed_the_caller_chose_is_kept(unchosen: None, chosen: list[str]) -> None:
-    assert seeded(["-q", *chosen]) == ["-q", *chosen]
+    assert seeded(["-q", *chosen]) is None
 
 
-@pytest.mark.parametrize("env", ["CI", "HYPOTHESIS_PROFILE"])
-def test_no_seed_under_a_chosen_profile(monkeypatch: pytest.MonkeyPatch, env: str) -> None:
-    monkeypatch.delenv("CI", raising=False)
-    monkeypatch.delenv("HYPOTHESIS_PROFILE", raising=False)
-    monkeypatch.setenv(env, "ci" if env == "HYPOTHESIS_PROFILE" else "true")
-    assert seeded(["-q"]) == ["-q"]
+@pytest.mark.parametrize("env", ["CI", "HYPOTHESIS_PROFILE", SEED_ENV])
+def test_no_seed_under_a_chosen_profile_or_seed(
+    monkeypatch: pytest.MonkeyPatch, unchosen: None, env: str
+) -> None:
+    monkeypatch.setenv(env, {"CI": "true", "HYPOTHESIS_PROFILE": "ci"}.get(env, "7"))
+    assert seeded(["-q"]) is None
 
 
 def drawn(
@@ -82,16 +84,24 @@ def test_the_copies_draw_the_same_examples_and_the_seed_draws_them_again(
     (pytester.path / "contracts").mkdir()
     (pytester.path / "contracts" / "demo-v1.yaml").write_text(CONTRACT)
     pytester.makepyfile(test_demo=COPIES)
-    first, record = drawn(pytester, monkeypatch, "first", *seeded([]))
+    env = seeded([])
+    assert env is not None
+    monkeypatch.setenv(SEED_ENV, env[SEED_ENV])
+    first, record = drawn(pytester, monkeypatch, "first")
     seed = record["seed"]
-    assert record == {"profile": "default", "derandomize": False, "seed": seed} and seed is not None
+    assert record == {"profile": "default", "derandomize": False, "seed": env[SEED_ENV]}
     assert set(first) == {"a", "b"} and len(first["a"]) >= 10
     assert first["a"] == first["b"], "the two copies drew different examples under one seed"
+    monkeypatch.delenv(SEED_ENV)
     again, _ = drawn(pytester, monkeypatch, "again", f"{SEED_OPTION}={seed}")
     assert again == first
     # without a seed each copy draws its own: the control that the equality above is the seed's doing
     apart, record = drawn(pytester, monkeypatch, "apart")
     assert record["seed"] is None and apart["a"] != apart["b"]
+    # a project that runs pytest without hypothesis' plugin: the gate's seed must not stop it from starting
+    monkeypatch.setenv(SEED_ENV, "5")
+    _, record = drawn(pytester, monkeypatch, "unplugged", "-p", "no:hypothesispytest")
+    assert record["seed"] is None
 
 
 def test_the_gates_line_names_the_seed_or_says_why_there_is_none() -> None:

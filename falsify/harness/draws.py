@@ -8,7 +8,6 @@ per example (the lane falsifiers) runs the engine once for all of them; each tes
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import secrets
 import sys
@@ -18,6 +17,7 @@ if TYPE_CHECKING:  # the gate imports this module without pytest
     import pytest
 
 SEED_OPTION = "--hypothesis-seed"
+SEED_ENV = "FALSIFY_HYPOTHESIS_SEED"  # the gate's seed for its pytest (apply_seed)
 
 
 def register_profiles() -> None:
@@ -54,16 +54,30 @@ def register_profiles() -> None:
     )
 
 
-def seeded(pytest_args: list[str]) -> list[str]:
-    """pytest_args with a seed for the whole run, drawn afresh each run, unless the caller chose a seed or a
-    profile (HYPOTHESIS_PROFILE or CI: the plugin loads that profile, and a derandomized one ignores any seed)."""
-    if os.environ.get("HYPOTHESIS_PROFILE") or os.environ.get("CI"):
-        return pytest_args
+def seeded(pytest_args: list[str]) -> dict[str, str] | None:
+    """The environment for the gate's pytest: SEED_ENV set to a seed drawn afresh each run, unless the caller chose
+    a seed (SEED_ENV, --hypothesis-seed) or a profile (HYPOTHESIS_PROFILE or CI: the plugin loads that profile, and
+    a derandomized one ignores any seed); None: the gate's own environment unchanged. An environment variable, not
+    --hypothesis-seed, so that a project whose pytest runs without hypothesis' plugin still starts."""
+    if os.environ.get("HYPOTHESIS_PROFILE") or os.environ.get("CI") or os.environ.get(SEED_ENV):
+        return None
     if any(a == SEED_OPTION or a.startswith(SEED_OPTION + "=") for a in pytest_args):
-        return pytest_args
-    if importlib.util.find_spec("hypothesis") is None:
-        return pytest_args
-    return [*pytest_args, f"{SEED_OPTION}={secrets.randbelow(2**32)}"]
+        return None
+    return {**os.environ, SEED_ENV: str(secrets.randbelow(2**32))}
+
+
+def apply_seed(config: pytest.Config) -> None:
+    """SEED_ENV as hypothesis' --hypothesis-seed, unless that was given (run before hypothesis' own configure,
+    which reads it). Nothing when hypothesis' pytest plugin is not active."""
+    seed = os.environ.get(SEED_ENV)
+    if not seed:
+        return
+    try:
+        given = config.getoption("hypothesis_seed")
+    except ValueError:  # hypothesis' pytest plugin is not active (-p no:hypothesispytest)
+        return
+    if given is None:
+        config.option.hypothesis_seed = seed
 
 
 def draws(config: pytest.Config) -> dict[str, Any] | None:

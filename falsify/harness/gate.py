@@ -303,8 +303,9 @@ def _gate(
     ran = run_pytest_timed(
         project,
         results_path,
-        seeded(pytest_args),
+        pytest_args,
         engine=engine,
+        env=seeded(pytest_args),
         junit=junit,
         timeout=whole or None,
         test_timeout=per_test or None,

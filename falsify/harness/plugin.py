@@ -26,7 +26,7 @@ from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import CannotShowHere, Observation
 from falsify.harness.collection import UnmarkedModules
-from falsify.harness.draws import draws, register_profiles
+from falsify.harness.draws import apply_seed, draws, register_profiles
 from falsify.harness.results import write_results
 from falsify.project import Project, ProjectError, find_project_or_none
 
@@ -501,6 +501,7 @@ def _summarise(observations: list[Observation]) -> dict[str, Any]:
     return out
 
 
+@pytest.hookimpl(tryfirst=True)  # before hypothesis' configure reads --hypothesis-seed (apply_seed)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "falsifies(*ids): this test falsifies the named contract predictions")
     config.addinivalue_line("markers", "oracle: needs an external oracle package (tox -e oracle)")
@@ -515,6 +516,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # not a falsify project: change nothing
     contracts, project, packs = found
     register_profiles()
+    apply_seed(config)
     if os.environ.get("HYPOTHESIS_PROFILE") or os.environ.get("CI"):
         try:
             from hypothesis import settings
