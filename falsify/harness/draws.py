@@ -54,12 +54,17 @@ def register_profiles() -> None:
     )
 
 
+def chosen_profile() -> str | None:
+    """The profile the environment chooses: HYPOTHESIS_PROFILE, else "ci" under CI; None: hypothesis' own."""
+    return os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else None)
+
+
 def seeded(pytest_args: list[str]) -> dict[str, str] | None:
     """The environment for the gate's pytest: SEED_ENV set to a seed drawn afresh each run, unless the caller chose
     a seed (SEED_ENV, --hypothesis-seed) or a profile (HYPOTHESIS_PROFILE or CI: the plugin loads that profile, and
     a derandomized one ignores any seed); None: the gate's own environment unchanged. An environment variable, not
     --hypothesis-seed, so that a project whose pytest runs without hypothesis' plugin still starts."""
-    if os.environ.get("HYPOTHESIS_PROFILE") or os.environ.get("CI") or os.environ.get(SEED_ENV):
+    if chosen_profile() or os.environ.get(SEED_ENV):
         return None
     if any(a == SEED_OPTION or a.startswith(SEED_OPTION + "=") for a in pytest_args):
         return None

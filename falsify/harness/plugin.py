@@ -26,7 +26,7 @@ from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import CannotShowHere, Observation
 from falsify.harness.collection import UnmarkedModules
-from falsify.harness.draws import apply_seed, draws, register_profiles
+from falsify.harness.draws import apply_seed, chosen_profile, draws, register_profiles
 from falsify.harness.results import write_results
 from falsify.project import Project, ProjectError, find_project_or_none
 
@@ -517,14 +517,15 @@ def pytest_configure(config: pytest.Config) -> None:
     contracts, project, packs = found
     register_profiles()
     apply_seed(config)
-    if os.environ.get("HYPOTHESIS_PROFILE") or os.environ.get("CI"):
+    profile = chosen_profile()
+    if profile:
         try:
             from hypothesis import settings
         except ImportError:
             pass
         else:
             if not config.getoption("hypothesis_profile", None):
-                settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
+                settings.load_profile(profile)
     # Restored at unconfigure: pytester runs nested sessions in one process.
     config.stash[_PREVIOUS_DIRS] = check_module.contracts_dirs
     check_module.contracts_dirs = contracts
