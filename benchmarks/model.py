@@ -8,6 +8,12 @@ Everything runs in one process, side by side; JSON on stdout (and to --out). Wal
 both reported: on a machine shared with other jobs, wall time mostly measures the wait for a core.
 
     python benchmarks/model.py [--lengths 256 512 ... 8192] [--weights f32 q4_k] [--repeats 3] [--out FILE]
+    python benchmarks/model.py --against REV [--rounds 7]
+
+--against REV compares this tree's engine with the engine of git revision REV on the forward mix the gate runs
+(f32 weights, contexts under ~200 tokens): a decode step and prefill calls of 8, 40, 64 and 150 tokens. Each
+round runs one child process per engine, in alternating order (ABBA), each child importing its own reference/;
+the report gives every round's CPU ms beside the load average it ran under, and the medians side by side.
 
 BLAS runs single-threaded (OPENBLAS_NUM_THREADS=1 unless already set): the machine's cores are shared, and a
 multi-threaded BLAS on these small matrices mostly measures contention.
@@ -25,7 +31,9 @@ import functools
 import json
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -81,8 +89,84 @@ def decode_ms(model: Model, context: int, steps: int, rng: np.random.Generator) 
     return statistics.median(wall) * 1e3, statistics.median(cpu) * 1e3
 
 
+MIX = (1, 8, 40, 64, 150)  # tokens per forward call; 1 is a decode step
+
+
+def gate_mix(model: Model, rounds: int, rng: np.random.Generator) -> dict[str, float]:
+    """Median CPU ms of each forward call size of MIX, every call after a 30-token prompt on a fresh state."""
+    cpu: dict[int, list[float]] = {n: [] for n in MIX}
+    for _ in range(rounds):
+        for n in MIX:
+            state = model.new_state()
+            model.forward(rng.integers(0, model.config.vocab_size, 30), state)
+            calls = 20 if n == 1 else 1  # a decode step is short: time 20 in a row
+            tokens = rng.integers(0, model.config.vocab_size, (calls, n))
+            c = time.process_time()
+            for row in tokens:
+                model.forward(row, state)
+            cpu[n].append((time.process_time() - c) / calls * 1e3)
+            state.release()
+    return {f"cpu_ms_{n}_tokens": round(statistics.median(v), 4) for n, v in cpu.items()}
+
+
+def mix_child(rounds: int) -> int:
+    """One side of --against: the gate mix on the reference/ this interpreter imports, as one JSON line."""
+    import reference
+
+    model = load_model(tiny_model(0), "f32")
+    load = os.getloadavg()[0]
+    figures = gate_mix(model, rounds, np.random.default_rng(0))
+    print(json.dumps({"reference": reference.__file__, "load_1m": round(load, 2), **figures}))
+    return 0
+
+
+def against(rev: str, rounds: int) -> dict:
+    """The gate mix of REV's engine and of this tree's, one child process each per round, in ABBA order."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", rev, "reference"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        trees = {"before": tmp, "after": str(root)}
+        runs: dict[str, list[dict]] = {"before": [], "after": []}
+        for r in range(rounds):
+            for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                env = {**os.environ, "PYTHONPATH": trees[side]}
+                out = subprocess.run(
+                    [sys.executable, __file__, "--mix-child", "15"], env=env, capture_output=True, text=True
+                )
+                if out.returncode:
+                    raise SystemExit(f"benchmarks/model.py: the {side} child failed:\n{out.stderr}")
+                row = json.loads(out.stdout)
+                assert Path(row.pop("reference")).is_relative_to(trees[side]), (
+                    "child imported the wrong engine"
+                )
+                runs[side].append(row)
+                print(side, json.dumps(row), file=sys.stderr)
+    keys = [k for k in runs["after"][0] if k.startswith("cpu_ms")]
+    median = {
+        side: {k: round(statistics.median(r[k] for r in rows), 4) for k in keys}
+        for side, rows in runs.items()
+    }
+    return {
+        "benchmark": "model --against",
+        "before": rev,
+        "after": "working tree",
+        "rounds": rounds,
+        "median": median,
+        "after_over_before": {k: round(median["after"][k] / median["before"][k], 3) for k in keys},
+        "runs": runs,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--against", metavar="REV", help="compare the gate mix with git revision REV's engine"
+    )
+    parser.add_argument("--rounds", type=int, default=7, help="--against: child processes per engine")
+    parser.add_argument("--mix-child", type=int, metavar="ROUNDS", help=argparse.SUPPRESS)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192])
     parser.add_argument("--weights", nargs="+", default=["f32", "q4_k"], choices=["f32", "q4_k"])
     parser.add_argument("--repeats", type=int, default=3)
@@ -90,6 +174,10 @@ def main() -> int:
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.mix_child:
+        return mix_child(args.mix_child)
+    if args.against:
+        return emit(against(args.against, args.rounds), args.out, indent=1)
 
     rng = np.random.default_rng(0)
     path = tiny_model(0)

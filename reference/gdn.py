@@ -104,10 +104,11 @@ def _chunk(
     C = v.shape[1]
     gc = np.cumsum(g, axis=1)  # Γ: [H, C]
     lower = np.tril(np.ones((C, C), dtype=bool))
-    # mask before exp: above the diagonal Γ_i − Γ_j > 0 could overflow
-    D = np.exp(np.where(lower, gc[:, :, None] - gc[:, None, :], -np.inf))  # [H, C, C]
+    # exp only where j <= i, zeros elsewhere: above the diagonal Γ_i − Γ_j > 0 could overflow
+    D = np.exp(gc[:, :, None] - gc[:, None, :], out=np.zeros((len(gc), C, C), np.float32), where=lower)
     k_beta = k * beta[:, :, None]
-    T = np.tril((k_beta @ k.transpose(0, 2, 1)) * D, -1) + np.eye(C, dtype=np.float32)
+    T = (k_beta @ k.transpose(0, 2, 1)) * D  # lower_inverse reads only its strictly lower part and diagonal
+    np.einsum("hii->hi", T)[...] = 1  # a view of the diagonals: T = I + strictly_lower((β k) kᵀ ∘ D)
     decay = np.exp(gc)[:, :, None]  # [H, C, 1]
     rhs = np.concatenate([v * beta[:, :, None], k_beta * decay], axis=2)
     solved = lower_inverse(T) @ rhs
@@ -132,11 +133,19 @@ def lower_inverse(T: np.ndarray) -> np.ndarray:  # [H, C, C] -> [H, C, C]
     full[:, :C, :C] = T
     inv = np.eye(P, dtype=np.float32) / np.diagonal(full, axis1=1, axis2=2)[:, :, None]  # the 1x1 blocks
     for b in (1 << level for level in range(levels)):  # a bounded loop: no mutant of it can hang
-        n, r = P // (2 * b), np.arange(P // (2 * b))
-        # the n diagonal blocks of size 2b, each [[A, 0], [B, D]], as [n, H, .., ..] (the block index leads)
-        iv, tv = inv.reshape(H, n, 2 * b, n, 2 * b), full.reshape(H, n, 2 * b, n, 2 * b)
-        iv[:, r, b:, r, :b] = -(iv[:, r, b:, r, b:] @ (tv[:, r, b:, r, :b] @ iv[:, r, :b, r, :b]))
+        # the diagonal blocks of size 2b, each [[A, 0], [B, D]], as views [H, P / 2b, 2b, 2b]
+        iv, tv = diagonal_blocks(inv, 2 * b), diagonal_blocks(full, 2 * b)
+        iv[:, :, b:, :b] = -(iv[:, :, b:, b:] @ (tv[:, :, b:, :b] @ iv[:, :, :b, :b]))
     return np.ascontiguousarray(inv[:, :C, :C])
+
+
+def diagonal_blocks(x: np.ndarray, size: int) -> np.ndarray:  # [H, P, P] -> [H, P / size, size, size], a view
+    """Each matrix's diagonal blocks as a writable view, no copy: block n is x[:, ns : (n + 1)s, ns : (n + 1)s]."""
+    H, P, _ = x.shape
+    row, col = x.strides[1:]
+    return np.lib.stride_tricks.as_strided(
+        x, (H, P // size, size, size), (x.strides[0], size * (row + col), row, col)
+    )
 
 
 def causal_conv1d(x: np.ndarray, conv_state: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
