@@ -105,10 +105,10 @@ def _chunk(
     gc = np.cumsum(g, axis=1)  # Γ: [H, C]
     lower = np.tril(np.ones((C, C), dtype=bool))
     # exp only where j <= i, zeros elsewhere: above the diagonal Γ_i − Γ_j > 0 could overflow
-    D = np.exp(gc[:, :, None] - gc[:, None, :], out=np.zeros((len(gc), C, C), np.float32), where=lower)
+    D = np.exp(gc[:, :, None] - gc[:, None, :], out=np.zeros_like(gc, shape=(len(gc), C, C)), where=lower)
     k_beta = k * beta[:, :, None]
-    T = (k_beta @ k.transpose(0, 2, 1)) * D  # lower_inverse reads only its strictly lower part and diagonal
-    np.einsum("hii->hi", T)[...] = 1  # a view of the diagonals: T = I + strictly_lower((β k) kᵀ ∘ D)
+    T = (k_beta @ k.transpose(0, 2, 1)) * D  # lower_inverse reads only its strictly lower part and diagonal,
+    T.reshape(len(T), C * C)[:, :: C + 1] = 1  # set here through a view: T = I + strictly_lower((β k) kᵀ ∘ D)
     decay = np.exp(gc)[:, :, None]  # [H, C, 1]
     rhs = np.concatenate([v * beta[:, :, None], k_beta * decay], axis=2)
     solved = lower_inverse(T) @ rhs
