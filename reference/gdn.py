@@ -104,8 +104,8 @@ def _chunk(
     C = v.shape[1]
     gc = np.cumsum(g, axis=1)  # Γ: [H, C]
     lower = np.tril(np.ones((C, C), dtype=bool))
-    # exp only where j <= i, zeros elsewhere: above the diagonal Γ_i − Γ_j > 0 could overflow
-    D = np.exp(gc[:, :, None] - gc[:, None, :], out=np.zeros_like(gc, shape=(len(gc), C, C)), where=lower)
+    # mask before exp: above the diagonal Γ_i − Γ_j > 0 could overflow
+    D = np.exp(np.where(lower, gc[:, :, None] - gc[:, None, :], -np.inf))  # [H, C, C]
     k_beta = k * beta[:, :, None]
     T = (k_beta @ k.transpose(0, 2, 1)) * D  # lower_inverse reads only its strictly lower part and diagonal,
     T.reshape(len(T), C * C)[:, :: C + 1] = 1  # set here through a view: T = I + strictly_lower((β k) kᵀ ∘ D)
@@ -156,8 +156,8 @@ def causal_conv1d(x: np.ndarray, conv_state: np.ndarray, weight: np.ndarray) -> 
     K = weight.shape[1]
     full = np.concatenate([conv_state.T, x], axis=0)  # [K + T, D]
     T = len(x)
-    y = np.zeros((T, x.shape[1]), np.float32)
-    for j in range(K):
+    y = full[1 : 1 + T] * weight[:, 0]
+    for j in range(1, K):
         y += full[1 + j : 1 + j + T] * weight[:, j]
     return y, np.ascontiguousarray(full[-K:].T)
 
@@ -191,11 +191,10 @@ def gated_delta_net(
     z0, b0, a0 = c.conv_dim, c.conv_dim + hv * dv, c.conv_dim + hv * dv + hv
     mixed, conv_state = causal_conv1d(proj[:, :z0], conv_state, w.conv1d)
     mixed = silu(mixed)
-    q = mixed[:, : hk * dk].reshape(T, hk, dk)
-    k = mixed[:, hk * dk : 2 * hk * dk].reshape(T, hk, dk)
+    qk = l2norm(mixed[:, : 2 * hk * dk].reshape(T, 2 * hk, dk))  # q heads then k heads, each normalised alone
+    q = qk[:, :hk] * np.float32(dk**-0.5)
+    k = qk[:, hk:]
     v = mixed[:, 2 * hk * dk :].reshape(T, hv, dv)
-    q = l2norm(q) * np.float32(dk**-0.5)
-    k = l2norm(k)
     beta = sigmoid(proj[:, b0:a0])
     g = gdn_gate(w.A_log, proj[:, a0:], w.dt_bias)
     if decays is not None:
