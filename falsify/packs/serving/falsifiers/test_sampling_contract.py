@@ -296,13 +296,10 @@ def near_ties(draw: st.DrawFn) -> np.ndarray:
     """float32 logits a few ulps apart (and exactly tied), around one base value."""
     vocab = draw(st.integers(1, 512))
     base = np.float32(draw(st.floats(-30.0, 30.0, width=32)))
-    steps = draw(st.lists(st.integers(0, 3), min_size=vocab, max_size=vocab))
-    out = np.empty(vocab, np.float32)
-    for i, s in enumerate(steps):
-        v = base
-        for _ in range(s):
-            v = np.nextafter(v, np.float32(np.inf))
-        out[i] = v
+    steps = np.array(draw(st.lists(st.integers(0, 3), min_size=vocab, max_size=vocab)))
+    out = np.full(vocab, base, np.float32)
+    for s in range(1, 4):  # logit i is `base` moved up steps[i] ulps
+        out = np.where(steps >= s, np.nextafter(out, np.float32(np.inf)), out)
     return out
 
 
