@@ -296,6 +296,16 @@ class _Eval:
             seen += 1
             if seen > MAX_SIZE + 1:
                 raise FormulaError(f"value of {name} holds more than {MAX_SIZE} items")
+            kind = type(item)
+            # The plain types first, by exact type (a check's values are lists of numbers, ~6,000 checks a gate
+            # run); a subclass takes the isinstance chain below, as before.
+            if kind is float or kind is bool or item is None:
+                continue
+            if kind is int and item.bit_length() <= MAX_BITS:
+                continue
+            if kind is list:
+                stack.extend(item)
+                continue
             if isinstance(item, list | tuple):
                 stack.extend(item)
             elif isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > MAX_BITS:

@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, NoReturn
 
-from falsify.contracts.corpus import Corpus, Prediction, project_corpus
+from falsify.contracts.corpus import Contract, Corpus, Prediction, project_corpus
 from falsify.contracts.formula import Formula, parse
 from falsify.errors import ContractError, ContractViolation, FormulaError, ObservationError
 
@@ -56,11 +56,25 @@ def corpus() -> Corpus:
     return loaded
 
 
-def prediction(prediction_id: str) -> Prediction:
-    predictions = corpus().predictions
-    if prediction_id not in predictions:
+# Each prediction with its contract, by id, for the corpus it was built from (project_corpus caches one Corpus per
+# set of directories, and nothing changes a loaded one); rebuilt if another corpus or more contracts come.
+_indexed: tuple[Corpus | None, int, dict[str, tuple[Prediction, Contract]]] = (None, 0, {})
+
+
+def _lookup(prediction_id: str) -> tuple[Prediction, Contract]:
+    global _indexed
+    loaded = corpus()
+    if _indexed[0] is not loaded or _indexed[1] != len(loaded.contracts):
+        index = {p.id: (p, c) for c in reversed(loaded.contracts) for p in c.predictions}
+        _indexed = (loaded, len(loaded.contracts), index)
+    found = _indexed[2].get(prediction_id)
+    if found is None:
         raise ContractError(f"unknown prediction {prediction_id!r}: no contract defines it")
-    return predictions[prediction_id]
+    return found
+
+
+def prediction(prediction_id: str) -> Prediction:
+    return _lookup(prediction_id)[0]
 
 
 MAX_NESTING = 64  # lists in lists an observed value may hold (numpy's own limit on an array's dimensions)
@@ -123,8 +137,7 @@ def check(prediction_id: str, **observed: Any) -> None:
     """Raise ContractViolation (an AssertionError) unless the prediction's formula holds on `observed`; raise
     ObservationError when a value is not what the contract declares."""
     __tracebackhide__ = True
-    p = prediction(prediction_id)
-    contract = corpus().contract_of(prediction_id)
+    p, contract = _lookup(prediction_id)
     declared = set(contract.observables) | set(p.domain)
     unknown = sorted(set(observed) - declared)
     if unknown:
@@ -272,12 +285,32 @@ def _vacuity_plan(formula: Formula) -> tuple[tuple[_Step, ...], ...]:
     return tuple(plan)
 
 
+def _bare(sub: Formula, values: dict[str, Any]) -> bool:
+    """The subexpression is a constant or a name of the check's values, read without evaluating anything."""
+    body = sub.tree.body
+    return isinstance(body, ast.Constant) or (isinstance(body, ast.Name) and body.id in values)
+
+
+def _value(sub: Formula, values: dict[str, Any]) -> Any:
+    """A vacuity step's subexpression on the check's values. A constant is itself; a bare name is the value: the
+    check's formula, which holds every name of its steps, has just loaded it (so it passed the evaluator's
+    limits)."""
+    body = sub.tree.body
+    if isinstance(body, ast.Constant):
+        return body.value
+    if isinstance(body, ast.Name) and body.id in values:
+        return values[body.id]
+    return sub.evaluate(values)
+
+
 def _over_nothing(step: _Step, values: dict[str, Any]) -> bool:
     kind, first, second = step
-    if first is None or not _empty(first.evaluate(values)):
+    if kind == "both" and second is not None and _bare(second, values) and not _empty(_value(second, values)):
+        return False  # a comparison with a non-empty name on its left: over something, whatever its right is
+    if first is None or not _empty(_value(first, values)):
         return False
     if kind == "both":
-        return second is not None and _empty(second.evaluate(values))
+        return second is not None and _empty(_value(second, values))
     return True
 
 
