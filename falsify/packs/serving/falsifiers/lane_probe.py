@@ -82,6 +82,7 @@ class LaneProbe:
         self.first: dict[int, int] = {}  # a prompt's first token -> its stream
         self.rounds: list[RoundLog] = []
         self.emitted: dict[int, int] = {}  # tokens of streams that left (the host forgets them)
+        self._owned: tuple[int, Any, list[tuple[int, bool, int]]] | None = None  # _owners() at a call count
 
     @property
     def lanes(self) -> int:
@@ -96,6 +97,7 @@ class LaneProbe:
         token = LoggedCancel(self.model, budget)
         sid = self.host.submit(prompt, max_tokens, cancel=token)
         self.prompts[sid], self.tokens[sid], self.first[prompt[0]] = list(prompt), token, sid
+        self._owned = None  # a new first token may own calls: attribute them all again
         return sid
 
     def leave(self, sid: int) -> None:
@@ -125,11 +127,19 @@ class LaneProbe:
         raise AssertionError(f"LaneProbe: host still busy after {limit} rounds")
 
     def _owners(self) -> list[tuple[int, bool, int]]:
-        """For every recorded call: (stream, is a prefill call, tokens that stream had fed before it)."""
+        """For every recorded call: (stream, is a prefill call, tokens that stream had fed before it). Kept until
+        the next call or submit: a state machine's invariants read every stream after each step."""
+        calls = self.model.calls
+        last = calls[-1] if calls else None  # the call object: after a reset() as many calls are others
+        if self._owned is None or self._owned[0] != len(calls) or self._owned[1] is not last:
+            self._owned = (len(calls), last, self._attribute(calls))
+        return self._owned[2]
+
+    def _attribute(self, calls: list[Any]) -> list[tuple[int, bool, int]]:
         by_ordinal: dict[int, int] = {}
         fed: dict[int, int] = {}
         out = []
-        for c in self.model.calls:
+        for c in calls:
             if c.stream not in by_ordinal:
                 if c.start != 0 or not c.tokens or c.tokens[0] not in self.first:
                     raise AssertionError(f"LaneProbe: a forward call {c} belongs to no submitted stream")
