@@ -129,7 +129,7 @@ def lower_inverse(T: np.ndarray) -> np.ndarray:  # [H, C, C] -> [H, C, C]
     H, C, _ = T.shape
     levels = (C - 1).bit_length()
     P = 1 << levels
-    full = np.broadcast_to(np.eye(P, dtype=np.float32), (H, P, P)).copy()
+    full = np.eye(P, dtype=np.float32)[None].repeat(H, axis=0)  # [H, P, P]
     full[:, :C, :C] = T
     inv = np.eye(P, dtype=np.float32) / np.diagonal(full, axis1=1, axis2=2)[:, :, None]  # the 1x1 blocks
     for b in (1 << level for level in range(levels)):  # a bounded loop: no mutant of it can hang
@@ -140,12 +140,11 @@ def lower_inverse(T: np.ndarray) -> np.ndarray:  # [H, C, C] -> [H, C, C]
 
 
 def diagonal_blocks(x: np.ndarray, size: int) -> np.ndarray:  # [H, P, P] -> [H, P / size, size, size], a view
-    """Each matrix's diagonal blocks as a writable view, no copy: block n is x[:, ns : (n + 1)s, ns : (n + 1)s]."""
+    """Each matrix's diagonal blocks as a writable view, no copy: block n is x[:, ns : (n + 1)s, ns : (n + 1)s].
+    np.ndarray over x's buffer checks the strides against the buffer's size (as_strided would not, at 5x the cost)."""
     H, P, _ = x.shape
     row, col = x.strides[1:]
-    return np.lib.stride_tricks.as_strided(
-        x, (H, P // size, size, size), (x.strides[0], size * (row + col), row, col)
-    )
+    return np.ndarray((H, P // size, size, size), x.dtype, x, 0, (x.strides[0], size * (row + col), row, col))
 
 
 def causal_conv1d(x: np.ndarray, conv_state: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
