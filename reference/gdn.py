@@ -103,7 +103,7 @@ def _chunk(
     """One chunk, heads first: q, k: [H, C, dk]; v: [H, C, dv]; g, beta: [H, C]; S: [H, dk, dv]."""
     C = v.shape[1]
     gc = np.cumsum(g, axis=1)  # Γ: [H, C]
-    lower = np.tril(np.ones((C, C), dtype=bool))
+    lower = np.arange(C)[:, None] >= np.arange(C)  # [C, C]: j <= i
     # mask before exp: above the diagonal Γ_i − Γ_j > 0 could overflow
     D = np.exp(np.where(lower, gc[:, :, None] - gc[:, None, :], -np.inf))  # [H, C, C]
     k_beta = k * beta[:, :, None]
