@@ -316,3 +316,27 @@ def test_falsify_only_collects_a_module_marked_through_a_helper_or_a_conftest(
     # A conftest naming the marker could mark any item: then every module is collected.
     project.makepyfile(test_unmarked=UNMARKED, conftest="# adds falsifies markers, say\n")
     project.runpytest("--falsify-strict", "--falsify-only", ".").assert_outcomes(errors=1)
+
+
+FROZEN = """\
+import gc, falsify, pytest
+
+@pytest.mark.falsifies("FALSIFY-DEMO-001")
+def test_forwards():
+    print("frozen objects:", gc.get_freeze_count())
+    falsify.check("FALSIFY-DEMO-001", emitted=8, decode_forwards=7)
+"""
+
+
+def test_a_falsifier_only_run_freezes_what_collection_built(project: pytest.Pytester) -> None:
+    """--falsify-only (the gate's runs) moves the objects alive after collection out of the garbage collector's
+    passes (gc.freeze); a plain pytest run of the same tests leaves the collector as it was. In a subprocess: a
+    freeze would reach this test process."""
+    project.makepyfile(test_demo=FROZEN)
+    frozen = project.runpytest_subprocess("--falsify-only", "-s", "test_demo.py")
+    frozen.assert_outcomes(passed=1)
+    count = int(frozen.stdout.str().split("frozen objects: ")[1].split()[0])
+    assert count > 1000, count  # pytest, the plugin and the corpus: tens of thousands of objects
+    plain = project.runpytest_subprocess("-s", "test_demo.py")
+    plain.assert_outcomes(passed=1)
+    plain.stdout.fnmatch_lines(["*frozen objects: 0*"])
