@@ -1,10 +1,15 @@
 """Q4_K speed on one 4096 x 4096 Gaussian matrix, medians of repeats, every ratio measured side by side.
 
 python benchmarks/q4k.py [--rows 4096] [--cols 4096] [--repeats 7] [--quant-repeats 3] [--out FILE]
+python benchmarks/q4k.py --quantize-vs REV [--quant-repeats 15] [--out FILE]
 
 Targets: matvec <= 5x a dense float32 matvec and >= 10x faster than gguf dequantize + matmul; quantize <= 3x
 llama.cpp's C quantize_row_q4_K_ref (through ggml-python, when installed). Each repeat runs every contender once
 in turn, so a load spike on the shared machine hits all of them; the ratios are of the medians.
+
+--quantize-vs REV times only Q4_K.quantize, on the matrices one load of the tiny model quantizes (17 of them,
+~2M weights: what every model load in the gate pays), this tree's against reference/q4k.py at git revision REV,
+interleaved, and checks both give the same bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import importlib.metadata
 import importlib.util
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +71,72 @@ def medians(contenders: dict[str, Callable[[], object]], repeats: int, table: st
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def tiny_model_matrices() -> list[np.ndarray]:
+    """The float32 matrices a load of the tiny model hands Q4_K.quantize, in order."""
+    from reference import tiny
+    from reference.model import load_model
+
+    seen: list[np.ndarray] = []
+    quantize = Q4_K.__dict__["quantize"]
+
+    def record(cls: type[Q4_K], x: np.ndarray) -> np.ndarray:
+        seen.append(x.copy())
+        return quantize.__func__(cls, x)
+
+    Q4_K.quantize = classmethod(record)  # type: ignore[method-assign, assignment]
+    try:
+        load_model(tiny.tiny_model())
+    finally:
+        Q4_K.quantize = quantize  # type: ignore[method-assign]
+    return seen
+
+
+def quantize_vs(rev: str, repeats: int) -> dict[str, Any]:
+    """Q4_K.quantize of this tree against reference/q4k.py at REV, on the tiny model's matrices, interleaved."""
+    source = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:reference/q4k.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "q4k_at_rev.py"
+        path.write_text(source, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location("q4k_at_rev", path)
+        assert spec is not None and spec.loader is not None
+        before = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(before)
+    mats = tiny_model_matrices()
+    contenders = {"before": before.Q4_K.quantize, "after": Q4_K.quantize}
+    same = all(np.array_equal(contenders["before"](m), contenders["after"](m)) for m in mats)
+    wall: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name in contenders}
+    load = [os.getloadavg()[0]]
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            for m in mats:
+                fn(m)
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    load.append(os.getloadavg()[0])
+    median_cpu = {name: statistics.median(cs) for name, cs in cpu.items()}
+    return {
+        "benchmark": "q4k-quantize-vs",
+        "before_rev": rev,
+        "matrices": [list(m.shape) for m in mats],
+        "weights": int(sum(m.size for m in mats)),
+        "repeats": repeats,
+        "same_bytes": same,
+        "median_seconds": {name: statistics.median(ts) for name, ts in wall.items()},
+        "median_cpu_seconds": median_cpu,
+        "cpu_seconds": cpu,
+        "cpu_before_over_after": median_cpu["before"] / median_cpu["after"],
+        "load_1m_range": [min(load), max(load)],
+        "env": {"numpy": np.__version__, "cpus": os.cpu_count()},
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4096)
@@ -72,7 +145,12 @@ def main() -> int:
     parser.add_argument("--quant-repeats", type=int, default=3)
     parser.add_argument("--batch", type=int, default=64, help="rows of x for the matmul (a prefill chunk)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--quantize-vs", metavar="REV", help="only Q4_K.quantize, against reference/q4k.py at REV"
+    )
     args = parser.parse_args()
+    if args.quantize_vs:
+        return emit(quantize_vs(args.quantize_vs, max(args.quant_repeats, 1)), args.out)
 
     rng = np.random.default_rng(0)
     W = rng.standard_normal((args.rows, args.cols), dtype=np.float32)

@@ -10,8 +10,9 @@ fp16 and sc, m 6-bit. Layout (struct block_q4_K in ggml-common.h), 2 + 2 + 12 + 
                            value 64*c + 32 + l in its high nibble (c = 0..3, l = 0..31)
 
 Every function works on all blocks at once. Float arithmetic is float32 in the C code's operation order; the
-only loops are over the 21 steps of make_qkx2_quants, the 8 sub-blocks of a block, and the 32 elements of a
-sub-block where the C code sums left to right (each step adds one element of every sub-block at once).
+only loops are over the 21 steps of make_qkx2_quants and the 8 sub-blocks of a block. Where the C code sums the
+32 elements of a sub-block left to right, one numpy reduction adds them row by row for every sub-block at once
+(_seq_sum).
 """
 
 from __future__ import annotations
@@ -55,12 +56,29 @@ def nearest_int(f: np.ndarray) -> np.ndarray:  # f32[...] -> i32[...]
     return (bits & 0x007FFFFF) - 0x00400000
 
 
-def _seq_sum(a: np.ndarray) -> np.ndarray:  # [32, S] -> [S]
-    """Left-to-right float32 sum over axis 0, as the C loops `s += a[i]` add."""
-    s = a[0].copy()
-    for i in range(1, a.shape[0]):
-        s += a[i]
-    return s
+def _level(f: np.ndarray) -> np.ndarray:  # f32[...] -> u8[...], overwriting f
+    """MAX(0, MIN(15, nearest_int(f))) as uint8, for any float32 f (nearest_int's wrapped garbage included).
+
+    nearest_int is the low 23 bits of f + 1.5 * 2**23, less 2**22: clipping those bits to 2**22 + [0, 15]
+    leaves the level in their low byte.
+    """
+    f += np.float32(12582912.0)
+    bits = f.view(np.int32)
+    bits &= 0x007FFFFF
+    np.clip(bits, 0x00400000, 0x0040000F, out=bits)
+    return bits.astype(np.uint8)
+
+
+def _seq_sum(a: np.ndarray) -> np.ndarray:  # [32, S] -> [S], S >= 2
+    """Left-to-right float32 sum over axis 0, as the C loops `s += a[i]` add: ((a[0] + a[1]) + a[2]) + ...
+
+    One call: numpy reduces the outer axis of a C-contiguous array of two or more columns one row at a time
+    (its pairwise summation runs only along the contiguous axis, and a single column would be that axis), and
+    initial=None starts from a[0] itself (the default starts from +0.0, which turns an all -0.0 sum into +0.0).
+    tests/test_q4k_unit.py pins the order.
+    """
+    assert a.flags.c_contiguous and a.shape[1] >= 2
+    return np.add.reduce(a, axis=0, initial=None)
 
 
 def _round_clip(f: np.ndarray, bound: np.ndarray) -> np.ndarray:  # f32[32, S] -> f32[32, S], in place
@@ -78,16 +96,20 @@ def _round_clip(f: np.ndarray, bound: np.ndarray) -> np.ndarray:  # f32[32, S] -
     return np.clip(f, 0, NMAX, out=f)
 
 
-def make_qkx2_quants(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def make_qkx2_quants(
+    x: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Same as make_qkx2_quants(32, 15, x, weights, L, &the_min, Laux, -1, 0.1, 20, false) in ggml-quants.c.
 
-    x, weights: f32[32, S] (one column per sub-block) -> L u8[32, S], scale f32[S], the_min f32[S]
+    x, weights: f32[32, S] (one column per sub-block) -> scale f32[S], the_min f32[S], and the winning step's
+    iscale and min f32[S] x 2, from which qkx2_levels makes its L (only the sub-blocks that keep L need it).
     """
     assert x.shape[0] == SUB and x.dtype == np.float32 and weights.dtype == np.float32
-    xmin = x.min(axis=0)
-    vmax = x.max(axis=0)
+    ends = np.stack([x.min(axis=0), x.max(axis=0)])  # [2, S]: min and max of each sub-block
+    xmin, vmax = ends
     buf = np.empty_like(x)
     laux = np.empty_like(x)
+    wl = np.empty_like(x)
     sum_w = _seq_sum(weights)
     sum_x = _seq_sum(np.multiply(weights, x, out=buf))
     vmin = np.where(xmin > 0, np.float32(0.0), xmin)
@@ -95,70 +117,75 @@ def make_qkx2_quants(x: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = np.float32(NMAX) / (vmax - vmin)
         scale = np.float32(1.0) / iscale
-        # The winning step's iscale and min; its L is recomputed once at the end instead of copied per step.
-        best_iscale, best_vmin = iscale, vmin
         best_error = _weighted_sq_error(
-            x, weights, _quant_levels(x, vmin, iscale, xmin, vmax, flat, laux), scale, vmin, buf
+            x, weights, _quant_levels(x, vmin, iscale, ends, flat, laux), scale, vmin
         )
+        # The C loop's state, a row each: the best error, its scale, the iscale and min its L came from (L is
+        # recomputed from them once, not copied per step), and `min`, the best min so far that the next step
+        # starts from. A step's candidates fill `cand` in the same order; one select takes the better ones.
+        state = np.stack([best_error, scale, iscale, vmin, vmin])
+        cand = np.empty_like(state)
         for step in range(NSTEP + 1):
+            best_error, vmin = state[0], state[4]
             # (rmin + rdelta*is + nmax) / (max - min); `min` is the best min so far, as in the C loop.
-            iscale = (RMIN + RDELTA * np.float32(step) + np.float32(NMAX)) / (vmax - vmin)
-            Laux = _quant_levels(x, vmin, iscale, xmin, vmax, flat, laux)
-            wl = np.multiply(weights, Laux, out=buf)
+            iscale = np.divide(RMIN + RDELTA * np.float32(step) + np.float32(NMAX), vmax - vmin, out=cand[2])
+            Laux = _quant_levels(x, vmin, iscale, ends, flat, laux)
+            wl = np.multiply(weights, Laux, out=wl)
             sum_l = _seq_sum(wl)
-            wl *= Laux
-            sum_l2 = _seq_sum(wl)
-            np.multiply(weights, Laux, out=wl)
-            wl *= x
-            sum_xl = _seq_sum(wl)
+            sum_xl = _seq_sum(np.multiply(wl, x, out=buf))  # (w*l)*x[i], as C evaluates w*l*x[i]
+            sum_l2 = _seq_sum(np.multiply(wl, Laux, out=wl))
             D = sum_w * sum_l2 - sum_l * sum_l
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            this_scale = np.divide(sum_w * sum_xl - sum_x * sum_l, D, out=cand[1])
+            this_min = np.divide(sum_l2 * sum_x - sum_l * sum_xl, D, out=cand[4])
             clamp = this_min > 0
-            this_min = np.where(clamp, np.float32(0.0), this_min)
-            this_scale = np.where(clamp, sum_xl / sum_l2, this_scale)
-            cur_error = _weighted_sq_error(x, weights, Laux, this_scale, this_min, buf)
-            better = (D > 0) & (cur_error < best_error)
-            best_error = np.where(better, cur_error, best_error)
-            scale = np.where(better, this_scale, scale)
-            best_iscale = np.where(better, iscale, best_iscale)
-            best_vmin = np.where(better, vmin, best_vmin)
-            vmin = np.where(better, this_min, vmin)
-        L = _quant_levels(x, best_vmin, best_iscale, xmin, vmax, flat, laux)
-    L = np.where(flat, np.float32(0.0), L).astype(np.uint8)
+            np.copyto(this_min, np.float32(0.0), where=clamp)
+            np.copyto(this_scale, sum_xl / sum_l2, where=clamp)
+            cand[0] = _weighted_sq_error(x, weights, Laux, this_scale, this_min)
+            cand[3] = vmin
+            better = (D > 0) & (cand[0] < best_error)
+            state = np.where(better, cand, state)
+    _, scale, best_iscale, best_vmin, vmin = state
     scale = np.where(flat, np.float32(0.0), scale)
-    return L, scale, -vmin
+    return scale, -vmin, best_iscale, best_vmin
+
+
+def qkx2_levels(x: np.ndarray, vmin: np.ndarray, iscale: np.ndarray) -> np.ndarray:  # f32[32, k], f32[k] x 2
+    """The L make_qkx2_quants returns, from the iscale and min of its winning step: u8[32, k].
+
+    A flat sub-block (max == min) gets L = 0, as make_qkx2_quants returns early for it.
+    """
+    ends = np.stack([x.min(axis=0), x.max(axis=0)])
+    flat = ends[1] == np.where(ends[0] > 0, np.float32(0.0), ends[0])
+    with np.errstate(invalid="ignore", over="ignore"):
+        L = _quant_levels(x, vmin, iscale, ends, flat, np.empty_like(x))
+    L[:, flat] = 0
+    return L.astype(np.uint8)
 
 
 def _quant_levels(
-    x: np.ndarray,
-    vmin: np.ndarray,
-    iscale: np.ndarray,
-    xmin: np.ndarray,
-    vmax: np.ndarray,
-    flat: np.ndarray,
-    out: np.ndarray,
-) -> np.ndarray:  # f32[32,S], f32[S]x4, bool[S] -> [32,S]
-    """MAX(0, MIN(nmax, nearest_int(iscale*(x[i] - min)))) of make_qkx2_quants, into out."""
+    x: np.ndarray, vmin: np.ndarray, iscale: np.ndarray, ends: np.ndarray, flat: np.ndarray, out: np.ndarray
+) -> np.ndarray:  # f32[32, S], f32[S] x 2, f32[2, S], bool[S] -> [32, S]
+    """MAX(0, MIN(nmax, nearest_int(iscale*(x[i] - min)))) of make_qkx2_quants, into out; ends: [min x, max x]."""
     np.subtract(x, vmin, out=out)
     out *= iscale
-    # iscale*(x - min) is monotone in x, so its ends bound every element's magnitude. Flat sub-blocks (max ==
-    # min, iscale inf) are overwritten with L = 0 by the caller, as make_qkx2_quants returns early for them.
-    bound = np.maximum(np.abs(iscale * (xmin - vmin)), np.abs(iscale * (vmax - vmin)))
-    bound[flat] = 0
+    # iscale*(x - min) is monotone in x, so its values at the ends bound every element's magnitude. Flat
+    # sub-blocks (max == min, iscale inf) are overwritten with L = 0 by the caller, as make_qkx2_quants returns
+    # early for them.
+    bound = np.abs(iscale * (ends - vmin))
+    bound[:, flat] = 0
     return _round_clip(out, bound)
 
 
 def _weighted_sq_error(
-    x: np.ndarray, weights: np.ndarray, L: np.ndarray, scale: np.ndarray, vmin: np.ndarray, buf: np.ndarray
+    x: np.ndarray, weights: np.ndarray, L: np.ndarray, scale: np.ndarray, vmin: np.ndarray
 ) -> np.ndarray:  # f32[32, S] x 3, f32[S] x 2 -> f32[S]
-    """sum of w * diff*diff with diff = scale * L[i] + min - x[i], in make_qkx2_quants' order."""
-    diff = np.multiply(L, scale, out=buf)
-    diff += vmin
-    diff -= x
-    diff *= diff
-    diff *= weights
-    return _seq_sum(diff)
+    """sum of w * diff*diff with diff = scale * L[i] + min - x[i], in make_qkx2_quants' order; overwrites L."""
+    L *= scale
+    L += vmin
+    L -= x
+    L *= L
+    L *= weights
+    return _seq_sum(L)
 
 
 # The 12 scale bytes, sc = 6-bit scales, m = 6-bit mins, bit 7 on the left:
@@ -227,8 +254,9 @@ def _quantize_tile(x: np.ndarray) -> np.ndarray:  # f32[B, 256] -> u8[B, 144]
     xs = np.ascontiguousarray(x.reshape(B * N_SUB, SUB).T)  # [32, S]: one column per sub-block
     sum_x2 = _seq_sum(xs * xs)
     av_x = np.sqrt(sum_x2 / np.float32(32.0))
-    weights = av_x + np.abs(xs)
-    L, scales, mins = make_qkx2_quants(xs, weights)
+    weights = np.abs(xs)
+    weights += av_x  # av_x + fabsf(x[i])
+    scales, mins, iscale, vmin = make_qkx2_quants(xs, weights)
     scales = scales.reshape(B, N_SUB)
     mins = mins.reshape(B, N_SUB)
 
@@ -248,14 +276,16 @@ def _quantize_tile(x: np.ndarray) -> np.ndarray:  # f32[B, 256] -> u8[B, 144]
         d16 = (max_scale / np.float32(63.0)).astype(np.float16)
         dmin16 = (max_min / np.float32(63.0)).astype(np.float16)
 
-    # Requantize against the rounded fp16 scales; a sub-block whose d*sc is 0 keeps make_qkx2_quants' L.
-    xb = x.reshape(B, N_SUB, SUB)
+    # Requantize against the rounded fp16 scales, one column per sub-block as in xs; a sub-block whose d*sc is 0
+    # keeps make_qkx2_quants' L.
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        d = d16.astype(np.float32)[:, None] * ls.astype(np.float32)  # [B, 8]
-        dm = dmin16.astype(np.float32)[:, None] * lm.astype(np.float32)
-        l = np.clip(nearest_int((xb + dm[:, :, None]) / d[:, :, None]), 0, 15).astype(np.uint8)
-    L = L.T.reshape(B, N_SUB, SUB)
-    L = np.where((d != 0)[:, :, None], l, L)
+        d = (d16.astype(np.float32)[:, None] * ls.astype(np.float32)).reshape(-1)  # [S]
+        dm = (dmin16.astype(np.float32)[:, None] * lm.astype(np.float32)).reshape(-1)
+        l = _level((xs + dm) / d)  # u8[32, S]
+    keep = np.flatnonzero(d == 0)
+    if keep.size:
+        l[:, keep] = qkx2_levels(xs[:, keep], vmin[keep], iscale[keep])
+    L = np.ascontiguousarray(l.T).reshape(B, N_SUB, SUB)
 
     out = np.empty((B, BLOCK_BYTES), dtype=np.uint8)
     out[:, 0:2] = d16.view(np.uint8).reshape(B, 2)

@@ -32,6 +32,85 @@ def test_round_clip_paths_agree(use_bound: bool) -> None:
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("cols", [2, 3, 8, 64, 2048, 6208])
+def test_seq_sum_adds_left_to_right(cols: int) -> None:
+    # 1 followed by 31 halves of its ulp: left to right each addition ties back to 1.0; any other grouping
+    # (pairwise, unrolled accumulators, right to left) adds two of them first and ends above 1.
+    a = np.full((q4k.SUB, cols), 2.0**-24, np.float32)
+    a[0] = 1.0
+    a[:, 1] = -0.0  # a sum of -0.0 stays -0.0 in C (s = x[0], then s += x[i])
+    want = np.ones(cols, np.float32)
+    want[1] = -0.0
+    got = q4k._seq_sum(a)
+    assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    rng = np.random.default_rng(cols)
+    b = (rng.standard_normal((q4k.SUB, cols)) * 10.0 ** rng.integers(-6, 7, (q4k.SUB, cols))).astype(
+        np.float32
+    )
+    s = b[0].copy()
+    for row in b[1:]:
+        s += row
+    assert q4k._seq_sum(b).tobytes() == s.tobytes()
+
+
+def test_seq_sum_refuses_what_it_cannot_add_in_order() -> None:
+    with pytest.raises(AssertionError):  # one column: numpy would sum it pairwise
+        q4k._seq_sum(np.ones((q4k.SUB, 1), np.float32))
+    with pytest.raises(AssertionError):
+        q4k._seq_sum(np.ones((8, q4k.SUB), np.float32).T)
+
+
+def test_level_is_clipped_nearest_int_for_any_float() -> None:
+    finite = [
+        0.5,
+        1.5,
+        2.5,
+        14.5,
+        15.5,
+        16.0,
+        -0.5,
+        -0.0,
+        0.49999997,
+        7.4,
+        1e3,
+        -1e3,
+        5e6,
+        -5e6,
+        3e9,
+        1e38,
+        -1e38,
+    ]
+    f = np.array([*finite, np.inf, -np.inf, np.nan], np.float32)
+    want = np.clip(q4k.nearest_int(f), 0, q4k.NMAX).astype(np.uint8)
+    assert want.tolist()[:6] == [0, 2, 2, 14, 15, 15]  # ties to even, clipped
+    got = q4k._level(f.copy())
+    assert got.dtype == np.uint8 and got.tolist() == want.tolist()
+
+
+def test_qkx2_levels() -> None:
+    # Columns: a ramp, an all-negative one, a flat negative one, a flat zero one, a flat positive one (not
+    # flat for make_qkx2_quants: its min is clamped to 0).
+    x = np.stack(
+        [
+            np.linspace(-1, 2, q4k.SUB),
+            -np.linspace(1, 3, q4k.SUB),
+            np.full(q4k.SUB, -2.0),
+            np.zeros(q4k.SUB),
+            np.full(q4k.SUB, 3.0),
+        ],
+        axis=1,
+    ).astype(np.float32)
+    vmin = np.array([-1.0, -3.0, -2.0, 0.0, 0.0], np.float32)
+    iscale = np.array([5.0, 7.5, np.inf, np.inf, 5.0], np.float32)
+    with np.errstate(invalid="ignore"):
+        want = np.clip(q4k.nearest_int((x - vmin) * iscale), 0, q4k.NMAX).astype(np.uint8)
+    want[:, 2:4] = 0
+    got = q4k.qkx2_levels(x, vmin, iscale)
+    assert got.dtype == np.uint8 and np.array_equal(got, want)
+    assert got[:, 0].tolist() == [min(15, round(v)) for v in (x[:, 0] + 1) * 5]
+    assert (got[:, 4] == 15).all()
+
+
 def test_scales_pack_round_trip() -> None:
     sc = np.arange(64, dtype=np.uint8).reshape(8, 8)
     m = (63 - np.arange(64, dtype=np.uint8)).reshape(8, 8)
