@@ -152,13 +152,13 @@ def make_qkx2_quants(
 def qkx2_levels(x: np.ndarray, vmin: np.ndarray, iscale: np.ndarray) -> np.ndarray:  # f32[32, k], f32[k] x 2
     """The L make_qkx2_quants returns, from the iscale and min of its winning step: u8[32, k].
 
-    A flat sub-block (max == min) gets L = 0, as make_qkx2_quants returns early for it.
+    A flat sub-block (max == min) keeps its first iscale, 15 / 0 = inf, and nearest_int(0 * inf) is 0: the L = 0
+    make_qkx2_quants returns early with. No sub-block is exempt from the range check here, so a NaN sends the
+    levels down nearest_int's path.
     """
     ends = np.stack([x.min(axis=0), x.max(axis=0)])
-    flat = ends[1] == np.where(ends[0] > 0, np.float32(0.0), ends[0])
     with np.errstate(invalid="ignore", over="ignore"):
-        L = _quant_levels(x, vmin, iscale, ends, flat, np.empty_like(x))
-    L[:, flat] = 0
+        L = _quant_levels(x, vmin, iscale, ends, np.zeros(x.shape[1], dtype=bool), np.empty_like(x))
     return L.astype(np.uint8)
 
 
@@ -279,8 +279,8 @@ def _quantize_tile(x: np.ndarray) -> np.ndarray:  # f32[B, 256] -> u8[B, 144]
     # Requantize against the rounded fp16 scales, one column per sub-block as in xs; a sub-block whose d*sc is 0
     # keeps make_qkx2_quants' L.
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        d = (d16.astype(np.float32)[:, None] * ls.astype(np.float32)).reshape(-1)  # [S]
-        dm = (dmin16.astype(np.float32)[:, None] * lm.astype(np.float32)).reshape(-1)
+        d = (d16.astype(np.float32)[:, None] * ls.astype(np.float32)).ravel()  # [S]
+        dm = (dmin16.astype(np.float32)[:, None] * lm.astype(np.float32)).ravel()
         l = _level((xs + dm) / d)  # u8[32, S]
     keep = np.flatnonzero(d == 0)
     if keep.size:

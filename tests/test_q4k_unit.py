@@ -88,27 +88,53 @@ def test_level_is_clipped_nearest_int_for_any_float() -> None:
 
 
 def test_qkx2_levels() -> None:
-    # Columns: a ramp, an all-negative one, a flat negative one, a flat zero one, a flat positive one (not
-    # flat for make_qkx2_quants: its min is clamped to 0).
+    # Columns: a ramp; an all-negative one; flat ones (negative, zero), whose iscale make_qkx2_quants leaves at
+    # 15 / 0 = inf; a constant positive one (not flat: its min is clamped to 0); a ramp of subnormals whose span
+    # makes iscale overflow to inf, so nearest_int's wrapped result (0), not 15, is its level.
     x = np.stack(
         [
             np.linspace(-1, 2, q4k.SUB),
             -np.linspace(1, 3, q4k.SUB),
             np.full(q4k.SUB, -2.0),
             np.zeros(q4k.SUB),
-            np.full(q4k.SUB, 3.0),
+            np.full(q4k.SUB, 1.0),
+            np.linspace(0, 1e-40, q4k.SUB),
         ],
         axis=1,
     ).astype(np.float32)
-    vmin = np.array([-1.0, -3.0, -2.0, 0.0, 0.0], np.float32)
-    iscale = np.array([5.0, 7.5, np.inf, np.inf, 5.0], np.float32)
+    vmin = np.array([-1.0, -3.0, -2.0, 0.0, 0.0, 0.0], np.float32)
+    iscale = np.array([5.0, 7.5, np.inf, np.inf, 15.0, np.inf], np.float32)
     with np.errstate(invalid="ignore"):
         want = np.clip(q4k.nearest_int((x - vmin) * iscale), 0, q4k.NMAX).astype(np.uint8)
-    want[:, 2:4] = 0
     got = q4k.qkx2_levels(x, vmin, iscale)
     assert got.dtype == np.uint8 and np.array_equal(got, want)
     assert got[:, 0].tolist() == [min(15, round(v)) for v in (x[:, 0] + 1) * 5]
-    assert (got[:, 4] == 15).all()
+    assert (got[:, 2:4] == 0).all() and (got[:, 4] == 15).all() and (got[:, 5] == 0).all()
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "vmin", "iscale"),
+    [
+        (0.0, 1.0, 0.0, 15.0),  # in range: the add-and-subtract path
+        (-1.0, 1.0, 0.5, 1e7),  # iscale*(x - min) far below -4194303 at the low end
+        (-0.4, 0.38, 0.03, 1e7),  # just below it at the low end only: x + min would stay in range
+        (3.0, 5.0, 0.0, 1e7),  # far above it: iscale / (x - min) would stay in range
+    ],
+)
+def test_quant_levels_range_check(lo: float, hi: float, vmin: float, iscale: float) -> None:
+    # Out of nearest_int's range C returns wrapped garbage, not the clipped rounding; a flat column beside (iscale
+    # inf, its levels unused by every caller) is left out of the check.
+    x = np.stack([np.linspace(lo, hi, q4k.SUB), np.full(q4k.SUB, -3.0)], axis=1).astype(np.float32)
+    ends = np.stack([x.min(axis=0), x.max(axis=0)])
+    vmins = np.array([vmin, -3.0], np.float32)
+    iscales = np.array([iscale, np.inf], np.float32)
+    with np.errstate(invalid="ignore"):
+        f = (x[:, 0] - vmins[0]) * iscales[0]
+        got = q4k._quant_levels(x, vmins, iscales, ends, np.array([False, True]), np.empty_like(x))
+    want = np.clip(q4k.nearest_int(f), 0, q4k.NMAX)
+    assert np.array_equal(got[:, 0], want)
+    in_range = bool(np.abs(f).max() <= 4194303)
+    assert np.array_equal(want, np.clip(np.rint(f), 0, q4k.NMAX)) == in_range
 
 
 def test_scales_pack_round_trip() -> None:
