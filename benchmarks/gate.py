@@ -3,11 +3,18 @@ time (user + system of the whole process tree: the gate, its pytest and any inte
 load average before and after, for each repeat. Budget (issue #28): <= 15 s CPU. A figure, not a test: nothing
 here fails on time.
 
-python benchmarks/gate.py [--repeats 1] [--engine reference] [--seed N] [--out FILE]
+python benchmarks/gate.py [--repeats 1] [--engine reference] [--seed N] [--pin CPU] [--out FILE]
+python benchmarks/gate.py --against REV [--repeats 4] [--seed N] [--pin CPU]
 
 Each gate run draws its hypothesis examples from a seed of its own (docs/cli.md), so the figure moves with the
 examples drawn as well as with the machine; --seed N runs every repeat on the same examples, for comparing two
 trees side by side.
+
+--against REV runs the gate of git revision REV's tree (extracted whole to a scratch directory) and of this tree
+by turns, REV first in odd pairs and second in even ones, on the same seed (--seed, else one drawn for the whole
+comparison), after one uncounted warm-up run each (which compiles the modules); it prints each pair and the medians
+of both sides and of the pairs' differences. On this 2-core VM the same tree moves by 10-20 % between minutes:
+only runs interleaved this way compare two trees. --pin CPU runs everything on that one CPU (sched_setaffinity).
 """
 
 from __future__ import annotations
@@ -41,16 +48,21 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def one_run(engine: str, seed: int | None) -> dict[str, Any]:
+def tree_env(root: Path) -> dict[str, str]:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONHASHSEED="0")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    return env
+
+
+def one_run(engine: str, seed: int | None, root: Path = ROOT) -> dict[str, Any]:
+    env = tree_env(root)
     with tempfile.TemporaryDirectory(prefix="falsify-gate-bench-") as out:
         cmd = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", out]
         if seed is not None:
             cmd += ["--", f"--hypothesis-seed={seed}"]
         load_before = os.getloadavg()
         cpu, wall = children_cpu(), time.monotonic()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
         wall, cpu = time.monotonic() - wall, children_cpu() - cpu
         load_after = os.getloadavg()
     verdict = next(
@@ -68,13 +80,81 @@ def one_run(engine: str, seed: int | None) -> dict[str, Any]:
     }
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else round((ordered[mid - 1] + ordered[mid]) / 2, 2)
+
+
+def against(rev: str, engine: str, seed: int, pairs: int) -> dict[str, Any]:
+    """This tree's gate against REV's, run by turns (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="falsify-gate-against-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        trees = {rev: Path(tmp), "this tree": ROOT}
+        for name, root in trees.items():  # each side imports its own harness and engine
+            where = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import falsify, reference; print(falsify.__file__, reference.__file__)",
+                ],
+                cwd=root,
+                env=tree_env(root),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()
+            if not all(Path(w).is_relative_to(root) for w in where):
+                raise SystemExit(f"benchmarks/gate.py: {name} imports {where}, not its own tree's")
+            one_run(engine, seed, root)  # warm-up: compiles the tree's modules, not counted
+        runs: dict[str, list[dict[str, Any]]] = {rev: [], "this tree": []}
+        for i in range(pairs):
+            order = [rev, "this tree"] if i % 2 == 0 else ["this tree", rev]
+            for name in order:
+                run = one_run(engine, seed, trees[name])
+                if run["exit"]:
+                    raise SystemExit(f"benchmarks/gate.py: the gate of {name} failed:\n{run['verdict']}")
+                runs[name].append(run)
+            a, b = runs[rev][-1], runs["this tree"][-1]
+            print(
+                f"pair {i + 1}: {rev} {a['cpu_s']} s CPU, this tree {b['cpu_s']} s CPU "
+                f"({b['cpu_s'] - a['cpu_s']:+.2f} s), load {a['load_before'][0]}-{b['load_after'][0]}"
+            )
+    before = [float(r["cpu_s"]) for r in runs[rev]]
+    after = [float(r["cpu_s"]) for r in runs["this tree"]]
+    loads = sorted(float(r["load_before"][0]) for side in runs.values() for r in side)
+    diffs = [b - a for a, b in zip(before, after, strict=True)]
+    print(
+        f"gate --against {rev}: median {median(before)} s CPU ({rev}) and {median(after)} s CPU (this tree) "
+        f"over {pairs} interleaved pairs, seed {seed}; median difference {median(diffs):+.2f} s, "
+        f"{sum(d < 0 for d in diffs)} of {pairs} pairs lower; 1-minute load {loads[0]}-{loads[-1]}; {BYTECODE}"
+    )
+    return {"engine": engine, "bytecode": BYTECODE, "seed": seed, "against": rev, "runs": runs}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="runs (default 1); --against: pairs (default 4)"
+    )
     parser.add_argument("--engine", default="reference")
     parser.add_argument("--seed", type=int, help="every repeat draws the examples of this hypothesis seed")
+    parser.add_argument("--against", metavar="REV", help="compare with git revision REV's tree, by turns")
+    parser.add_argument("--pin", type=int, metavar="CPU", help="run everything on this one CPU")
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
+    if args.pin is not None:
+        os.sched_setaffinity(0, {args.pin})  # inherited by the gate, its pytest and their children
+    if args.against:
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+        data = against(args.against, args.engine, seed, args.repeats or 4)
+        if args.out:
+            args.out.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        return 0
+    args.repeats = args.repeats or 1
     runs = [one_run(args.engine, args.seed) for _ in range(args.repeats)]
     for i, run in enumerate(runs, 1):
         print(
