@@ -163,12 +163,11 @@ def main() -> int:
         )
         if run["hypothesis"]:
             print(f"  {run['hypothesis']}")
-    cpus = sorted(float(r["cpu_s"]) for r in runs)
-    walls = sorted(float(r["wall_s"]) for r in runs)
     loads = sorted(float(r["load_before"][0]) for r in runs)
-    mid = len(runs) // 2
+    cpu = median([float(r["cpu_s"]) for r in runs])
+    wall = median([float(r["wall_s"]) for r in runs])
     print(
-        f"gate: median {cpus[mid]} s CPU, {walls[mid]} s wall over {len(runs)} run(s), 1-minute load "
+        f"gate: median {cpu} s CPU, {wall} s wall over {len(runs)} run(s), 1-minute load "
         f"{loads[0]}-{loads[-1]}; {BYTECODE}; budget 15 s CPU (issue #28)"
     )
     if args.out:
