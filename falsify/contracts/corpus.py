@@ -105,10 +105,24 @@ class Corpus:
     mutants: list[Mutant] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     files: int = 0
+    # find()'s index: the contract count it was built at, and each prediction id's (prediction, its contract)
+    _index: tuple[int, dict[str, tuple[Prediction, Contract]]] = field(
+        default_factory=lambda: (-1, {}), init=False, repr=False, compare=False
+    )
 
     @property
     def predictions(self) -> dict[str, Prediction]:
         return {p.id: p for c in self.contracts for p in c.predictions}
+
+    def find(self, prediction_id: str) -> tuple[Prediction, Contract] | None:
+        """The prediction and the (first) contract that defines it, or None; indexed once per contract count
+        (falsify.check looks one up for every check, ~6,000 a gate run)."""
+        if self._index[0] != len(self.contracts):
+            self._index = (
+                len(self.contracts),
+                {p.id: (p, c) for c in reversed(self.contracts) for p in c.predictions},
+            )
+        return self._index[1].get(prediction_id)
 
     def contract_of(self, prediction_id: str) -> Contract:
         for contract in self.contracts:

@@ -56,18 +56,8 @@ def corpus() -> Corpus:
     return loaded
 
 
-# Each prediction with its contract, by id, for the corpus it was built from (project_corpus caches one Corpus per
-# set of directories, and nothing changes a loaded one); rebuilt if another corpus or more contracts come.
-_indexed: tuple[Corpus | None, int, dict[str, tuple[Prediction, Contract]]] = (None, 0, {})
-
-
 def _lookup(prediction_id: str) -> tuple[Prediction, Contract]:
-    global _indexed
-    loaded = corpus()
-    if _indexed[0] is not loaded or _indexed[1] != len(loaded.contracts):
-        index = {p.id: (p, c) for c in reversed(loaded.contracts) for p in c.predictions}
-        _indexed = (loaded, len(loaded.contracts), index)
-    found = _indexed[2].get(prediction_id)
+    found = corpus().find(prediction_id)
     if found is None:
         raise ContractError(f"unknown prediction {prediction_id!r}: no contract defines it")
     return found
@@ -285,28 +275,34 @@ def _vacuity_plan(formula: Formula) -> tuple[tuple[_Step, ...], ...]:
     return tuple(plan)
 
 
-def _bare(sub: Formula, values: dict[str, Any]) -> bool:
-    """The subexpression is a constant or a name of the check's values, read without evaluating anything."""
-    body = sub.tree.body
-    return isinstance(body, ast.Constant) or (isinstance(body, ast.Name) and body.id in values)
+_UNREAD = object()
 
 
-def _value(sub: Formula, values: dict[str, Any]) -> Any:
-    """A vacuity step's subexpression on the check's values. A constant is itself; a bare name is the value: the
-    check's formula, which holds every name of its steps, has just loaded it (so it passed the evaluator's
-    limits)."""
+def _read(sub: Formula, values: dict[str, Any]) -> Any:
+    """A vacuity step's subexpression read without evaluating it: a constant is itself, a bare name its value (the
+    check's formula, which holds every name of its steps, has just loaded it, so it passed the evaluator's
+    limits); anything else is _UNREAD."""
     body = sub.tree.body
     if isinstance(body, ast.Constant):
         return body.value
     if isinstance(body, ast.Name) and body.id in values:
         return values[body.id]
-    return sub.evaluate(values)
+    return _UNREAD
+
+
+def _value(sub: Formula, values: dict[str, Any]) -> Any:
+    read = _read(sub, values)
+    return sub.evaluate(values) if read is _UNREAD else read
 
 
 def _over_nothing(step: _Step, values: dict[str, Any]) -> bool:
     kind, first, second = step
-    if kind == "both" and second is not None and _bare(second, values) and not _empty(_value(second, values)):
-        return False  # a comparison with a non-empty name on its left: over something, whatever its right is
+    if kind == "both" and second is not None:
+        left = _read(second, values)
+        if left is not _UNREAD and not _empty(left):
+            return (
+                False  # a comparison whose left side reads as not empty: over something, whatever its right
+            )
     if first is None or not _empty(_value(first, values)):
         return False
     if kind == "both":

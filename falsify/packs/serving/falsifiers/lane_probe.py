@@ -82,7 +82,7 @@ class LaneProbe:
         self.first: dict[int, int] = {}  # a prompt's first token -> its stream
         self.rounds: list[RoundLog] = []
         self.emitted: dict[int, int] = {}  # tokens of streams that left (the host forgets them)
-        self._owned: tuple[int, Any, list[tuple[int, bool, int]]] | None = None  # _owners() at a call count
+        self._owned: tuple[Any, list[tuple[int, bool, int]]] | None = None  # _owners() as of the last call
 
     @property
     def lanes(self) -> int:
@@ -130,10 +130,10 @@ class LaneProbe:
         """For every recorded call: (stream, is a prefill call, tokens that stream had fed before it). Kept until
         the next call or submit: a state machine's invariants read every stream after each step."""
         calls = self.model.calls
-        last = calls[-1] if calls else None  # the call object: after a reset() as many calls are others
-        if self._owned is None or self._owned[0] != len(calls) or self._owned[1] is not last:
-            self._owned = (len(calls), last, self._attribute(calls))
-        return self._owned[2]
+        last = calls[-1] if calls else None  # the call object itself: any new call, or a reset(), replaces it
+        if self._owned is None or self._owned[0] is not last:
+            self._owned = (last, self._attribute(calls))
+        return self._owned[1]
 
     def _attribute(self, calls: list[Any]) -> list[tuple[int, bool, int]]:
         by_ordinal: dict[int, int] = {}
