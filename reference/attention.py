@@ -51,8 +51,9 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) ->
         1, 2, 0, 3
     )  # [nkv, rep, T, hd]: head h uses kv head h // rep
     scores = (qg @ k.transpose(1, 2, 0)[:, None]) * np.float32(hd**-0.5)  # [nkv, rep, T, S]
-    visible = np.arange(k.shape[0])[None, :] <= (start + np.arange(T))[:, None]  # [T, S]
-    scores = np.where(visible, scores, -np.inf)
+    # every query sees the keys before `start`; only the last T keys, this call's own, are masked in part
+    visible = np.arange(T)[None, :] <= np.arange(T)[:, None]  # [T, T]
+    scores[..., start:] = np.where(visible, scores[..., start:], -np.inf)
     scores = np.exp(scores - scores.max(-1, keepdims=True))
     probs = scores / scores.sum(-1, keepdims=True)
     out = probs @ v.transpose(1, 0, 2)[:, None]  # [nkv, rep, T, hd]

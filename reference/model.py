@@ -176,7 +176,8 @@ class Model:
         arr = np.asarray(tokens)
         if arr.ndim != 1:
             raise ValueError(f"forward: tokens must be a 1-D sequence of ids, got shape {arr.shape}")
-        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        # np.issubdtype(arr.dtype, np.integer)'s own test, without its Python frames (a call per decode step)
+        if arr.size and not issubclass(arr.dtype.type, np.integer):
             raise ValueError(f"forward: tokens must be integer ids, got dtype {arr.dtype}")
         ids = arr.astype(np.int64)
         bad = np.flatnonzero((ids < 0) | (ids >= self.config.vocab_size))
