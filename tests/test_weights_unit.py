@@ -315,7 +315,7 @@ class TestAssemble:
             g.in_proj.dense(),
             np.concatenate([stored[p + f"in_proj_{n}.weight"] for n in ["qkv", "z", "b", "a"]]),
         )
-        assert np.array_equal(g.conv1d, stored[p + "conv1d.weight"][:, 0, :]) and g.conv1d.flags.c_contiguous
+        assert np.array_equal(g.conv1d, stored[p + "conv1d.weight"][:, 0, :]) and g.conv1d.flags.f_contiguous
         assert np.array_equal(
             a.qkv_proj.dense(), np.concatenate([a.q_proj.dense(), a.k_proj.dense(), a.v_proj.dense()])
         )
