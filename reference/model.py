@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from reference.attention import gated_attention, rms_norm
+from reference.attention import gated_attention, scaled_rms_norm
 from reference.blas import one_blas_thread
 from reference.config import Config
 from reference.gdn import gated_delta_net, silu
@@ -156,7 +156,7 @@ class Model:
         x = w.embed_tokens[ids]  # [T, hidden]
         gdn_slot = attn_slot = 0
         for layer in w.layers:
-            h = rms_norm(x, layer.input_layernorm, c.rms_norm_eps)
+            h = scaled_rms_norm(x, layer.input_scale, c.rms_norm_eps)
             if isinstance(layer.mixer, GDNWeights):
                 h, state.conv[gdn_slot], state.recurrent[gdn_slot] = gated_delta_net(
                     layer.mixer, c, h, state.conv[gdn_slot], state.recurrent[gdn_slot], probe
@@ -166,11 +166,11 @@ class Model:
                 h = gated_attention(layer.mixer, c, h, state, attn_slot)
                 attn_slot += 1
             x = x + h
-            x = x + mlp(layer.mlp, rms_norm(x, layer.post_attention_layernorm, c.rms_norm_eps))
+            x = x + mlp(layer.mlp, scaled_rms_norm(x, layer.post_attention_scale, c.rms_norm_eps))
             if hidden is not None:
                 hidden.append(x)
         state.pos += len(ids)
-        return w.lm_head(rms_norm(x, w.norm, c.rms_norm_eps))
+        return w.lm_head(scaled_rms_norm(x, w.norm_scale, c.rms_norm_eps))
 
     def _check_tokens(self, tokens: Any) -> np.ndarray:
         arr = np.asarray(tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +148,11 @@ class AttentionWeights:  # Qwen3_5Attention
     q_norm: np.ndarray  # f32[head_dim], (1 + w) RMSNorm
     k_norm: np.ndarray  # f32[head_dim]
     qkv_proj: Linear  # q_proj | k_proj | v_proj stacked by rows: one matmul; the fields above are views
+    q_scale: np.ndarray = field(init=False)  # 1 + q_norm, the factor the RMSNorm multiplies by, made once
+    k_scale: np.ndarray = field(init=False)  # 1 + k_norm
+
+    def __post_init__(self) -> None:
+        self.q_scale, self.k_scale = np.float32(1) + self.q_norm, np.float32(1) + self.k_norm
 
 
 @dataclass(slots=True)
@@ -164,6 +169,12 @@ class LayerWeights:  # Qwen3_5DecoderLayer
     post_attention_layernorm: np.ndarray  # f32[hidden]
     mixer: GDNWeights | AttentionWeights
     mlp: MLPWeights
+    input_scale: np.ndarray = field(init=False)  # 1 + input_layernorm, made once
+    post_attention_scale: np.ndarray = field(init=False)  # 1 + post_attention_layernorm
+
+    def __post_init__(self) -> None:
+        self.input_scale = np.float32(1) + self.input_layernorm
+        self.post_attention_scale = np.float32(1) + self.post_attention_layernorm
 
 
 @dataclass(slots=True)
@@ -172,6 +183,10 @@ class Weights:
     layers: list[LayerWeights]
     norm: np.ndarray  # f32[hidden]
     lm_head: Linear  # [vocab, hidden]
+    norm_scale: np.ndarray = field(init=False)  # 1 + norm, made once
+
+    def __post_init__(self) -> None:
+        self.norm_scale = np.float32(1) + self.norm
 
 
 def expected_shapes(c: Config) -> dict[str, tuple[int, ...]]:
