@@ -7,6 +7,8 @@ output is multiplied by sigmoid(gate) before o_proj.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from reference.config import Config
@@ -27,12 +29,19 @@ def scaled_rms_norm(x: np.ndarray, scale: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(mean_sq + np.float32(eps)) * scale
 
 
-def rope_cos_sin(positions: np.ndarray, rotary_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin: [T, rotary_dim], frequencies repeated twice (rotate_half layout), float32 as HF computes them."""
+@functools.cache
+def inverse_frequencies(rotary_dim: int, theta: float) -> np.ndarray:  # -> [rotary_dim / 2], read-only
+    """1 / theta^(2i / rotary_dim), float32 as HF computes it: made once per (rotary_dim, theta), not per call."""
     inv_freq = np.float32(1) / np.float32(theta) ** (
         np.arange(0, rotary_dim, 2, dtype=np.float32) / rotary_dim
     )
-    freqs = positions.astype(np.float32)[:, None] * inv_freq[None, :]
+    inv_freq.flags.writeable = False
+    return inv_freq
+
+
+def rope_cos_sin(positions: np.ndarray, rotary_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin: [T, rotary_dim], frequencies repeated twice (rotate_half layout), float32 as HF computes them."""
+    freqs = positions.astype(np.float32)[:, None] * inverse_frequencies(rotary_dim, theta)[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)
     return np.cos(emb), np.sin(emb)
 

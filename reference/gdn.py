@@ -19,9 +19,11 @@ import numpy as np
 from reference.config import Config
 from reference.weights import GDNWeights
 
+HALF, ONE = np.float32(0.5), np.float32(1)  # numpy scalars: a Python float costs each operation a conversion
+
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # tanh form never overflows; float32 in, float32 out (no copy)
+    return HALF * (ONE + np.tanh(HALF * x))  # tanh form never overflows; float32 in, float32 out (no copy)
 
 
 def silu(x: np.ndarray) -> np.ndarray:

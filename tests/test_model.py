@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference.attention import apply_rope, causal_attention, rms_norm, rope_cos_sin
+from reference.attention import apply_rope, causal_attention, inverse_frequencies, rms_norm, rope_cos_sin
 from reference.gdn import causal_conv1d, expand_heads, gdn_gate, l2norm
 from reference.model import load_model
 from reference.tiny import tiny_model
@@ -98,6 +98,12 @@ def test_rope_rotates_pairs_i_and_i_plus_half_and_keeps_the_rest() -> None:
             a, b = x[t, :, i], x[t, :, i + r // 2]
             assert np.allclose(got[t, :, i], a * c - b * s, atol=1e-4)
             assert np.allclose(got[t, :, i + r // 2], b * c + a * s, atol=1e-4)
+
+
+def test_rope_inverse_frequencies_are_made_once_and_read_only() -> None:
+    inv = inverse_frequencies(8, 100.0)
+    assert inv is inverse_frequencies(8, 100.0) and not inv.flags.writeable
+    assert inv.dtype == np.float32 and np.allclose(inv, 100.0 ** (-np.arange(0, 8, 2) / 8), rtol=1e-6)
 
 
 def test_attention_is_causal_gqa_softmax() -> None:
