@@ -8,12 +8,16 @@ Everything runs in one process, side by side; JSON on stdout (and to --out). Wal
 both reported: on a machine shared with other jobs, wall time mostly measures the wait for a core.
 
     python benchmarks/model.py [--lengths 256 512 ... 8192] [--weights f32 q4_k] [--repeats 3] [--out FILE]
-    python benchmarks/model.py --against REV [--rounds 7]
+    python benchmarks/model.py --against REV [--rounds 7] [--same-process]
 
 --against REV compares this tree's engine with the engine of git revision REV on the forward mix the gate runs
 (f32 weights, contexts under ~200 tokens): a decode step and prefill calls of 8, 40, 64 and 150 tokens. Each
 round runs one child process per engine, in alternating order (ABBA), each child importing its own reference/;
 the report gives every round's CPU ms beside the load average it ran under, and the medians side by side.
+With --same-process both engines are imported into this one process (each a fresh `reference` package) and
+called by turns, call size by call size, which the machine's phases hit alike: on the project's 2-core VM two
+child processes a second apart differ by up to ±40 %, one process's two copies of one tree by ±2 %. Its report
+adds each call size's paired median (after / before, pair by pair).
 
 BLAS runs single-threaded (OPENBLAS_NUM_THREADS=1 unless already set): the machine's cores are shared, and a
 multi-threaded BLAS on these small matrices mostly measures contention.
@@ -28,6 +32,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import functools
+import importlib
 import json
 import platform
 import statistics
@@ -160,12 +165,76 @@ def against(rev: str, rounds: int) -> dict:
     }
 
 
+def _import_engine(tree: str) -> Model:
+    """The f32 tiny model of the reference/ under `tree`, imported afresh (its modules replace any in sys.modules)."""
+    for name in [k for k in sys.modules if k == "reference" or k.startswith("reference.")]:
+        del sys.modules[name]
+    sys.path.insert(0, tree)
+    try:
+        engine = importlib.import_module("reference.model")
+        assert Path(str(engine.__file__)).is_relative_to(tree), f"imported {engine.__file__}, not {tree}'s"
+        return engine.load_model(importlib.import_module("reference.tiny").tiny_model(0), "f32")
+    finally:
+        sys.path.remove(tree)
+
+
+def same_process(rev: str, rounds: int) -> dict:
+    """The gate mix of REV's engine and of this tree's in this one process, by turns (ABBA) call by call."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", rev, "reference"], capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        models = {"before": _import_engine(tmp), "after": _import_engine(str(root))}
+        cpu: dict[str, dict[int, list[float]]] = {side: {n: [] for n in MIX} for side in models}
+        rng = np.random.default_rng(0)
+        load = [os.getloadavg()[0]]
+        for r in range(rounds):
+            for n in MIX:
+                prompt = rng.integers(0, 512, 30)
+                tokens = rng.integers(0, 512, (20 if n == 1 else 1, n))  # a decode step is short: 20 in a row
+                for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                    model = models[side]
+                    state = model.new_state()
+                    model.forward(prompt, state)
+                    c = time.process_time()
+                    for row in tokens:
+                        model.forward(row, state)
+                    cpu[side][n].append((time.process_time() - c) / len(tokens) * 1e3)
+                    state.release()
+        load.append(os.getloadavg()[0])
+    keys = {n: f"cpu_ms_{n}_tokens" for n in MIX}
+    median = {
+        side: {keys[n]: round(statistics.median(v), 4) for n, v in rows.items()} for side, rows in cpu.items()
+    }
+    paired = {
+        keys[n]: round(
+            statistics.median(a / b for a, b in zip(cpu["after"][n], cpu["before"][n], strict=True)), 3
+        )
+        for n in MIX
+    }
+    return {
+        "benchmark": "model --against --same-process",
+        "before": rev,
+        "after": "working tree",
+        "rounds": rounds,
+        "load_1m": [round(x, 2) for x in load],
+        "median": median,
+        "after_over_before": {k: round(median["after"][k] / median["before"][k], 3) for k in paired},
+        "paired_after_over_before": paired,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--against", metavar="REV", help="compare the gate mix with git revision REV's engine"
     )
     parser.add_argument("--rounds", type=int, default=7, help="--against: child processes per engine")
+    parser.add_argument(
+        "--same-process", action="store_true", help="--against: both engines in this process, by turns"
+    )
     parser.add_argument("--mix-child", type=int, metavar="ROUNDS", help=argparse.SUPPRESS)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096, 8192])
     parser.add_argument("--weights", nargs="+", default=["f32", "q4_k"], choices=["f32", "q4_k"])
@@ -177,7 +246,8 @@ def main() -> int:
     if args.mix_child:
         return mix_child(args.mix_child)
     if args.against:
-        return emit(against(args.against, args.rounds), args.out, indent=1)
+        compare = same_process if args.same_process else against
+        return emit(compare(args.against, args.rounds), args.out, indent=1)
 
     rng = np.random.default_rng(0)
     path = tiny_model(0)
