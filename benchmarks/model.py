@@ -31,6 +31,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
+import contextlib
 import functools
 import importlib
 import json
@@ -40,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,8 @@ from reference.gdn import gated_delta_net
 from reference.model import Model, load_model
 from reference.tiny import tiny_model
 from reference.weights import GDNWeights
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def median_time(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
@@ -125,15 +128,21 @@ def mix_child(rounds: int) -> int:
     return 0
 
 
-def against(rev: str, rounds: int) -> dict:
-    """The gate mix of REV's engine and of this tree's, one child process each per round, in ABBA order."""
-    root = Path(__file__).resolve().parent.parent
+@contextlib.contextmanager
+def engine_of(rev: str) -> Iterator[str]:
+    """A scratch directory holding git revision REV's reference/, for the life of the block."""
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(
-            ["git", "-C", str(root), "archive", rev, "reference"], capture_output=True, check=True
+            ["git", "-C", str(ROOT), "archive", rev, "reference"], capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        trees = {"before": tmp, "after": str(root)}
+        yield tmp
+
+
+def against(rev: str, rounds: int) -> dict:
+    """The gate mix of REV's engine and of this tree's, one child process each per round, in ABBA order."""
+    with engine_of(rev) as tmp:
+        trees = {"before": tmp, "after": str(ROOT)}
         runs: dict[str, list[dict]] = {"before": [], "after": []}
         for r in range(rounds):
             for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
@@ -180,13 +189,8 @@ def _import_engine(tree: str) -> Model:
 
 def same_process(rev: str, rounds: int) -> dict:
     """The gate mix of REV's engine and of this tree's in this one process, by turns (ABBA) call by call."""
-    root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(
-            ["git", "-C", str(root), "archive", rev, "reference"], capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        models = {"before": _import_engine(tmp), "after": _import_engine(str(root))}
+    with engine_of(rev) as tmp:
+        models = {"before": _import_engine(tmp), "after": _import_engine(str(ROOT))}
         cpu: dict[str, dict[int, list[float]]] = {side: {n: [] for n in MIX} for side in models}
         rng = np.random.default_rng(0)
         load = [os.getloadavg()[0]]
