@@ -61,6 +61,7 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, start: int) ->
     """q: [T, nh, hd] at positions start .. start+T-1; k, v: [start+T, nkv, hd] -> [T, nh, hd]."""
     T, nh, hd = q.shape
     nkv = k.shape[1]
+    assert k.shape[0] == start + T, (k.shape, start, T)  # the mask below covers only the last T keys
     qg = q.reshape(T, nkv, nh // nkv, hd).transpose(
         1, 2, 0, 3
     )  # [nkv, rep, T, hd]: head h uses kv head h // rep

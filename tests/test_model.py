@@ -119,6 +119,14 @@ def test_attention_is_causal_gqa_softmax() -> None:
             s = k[: start + t + 1, g] @ q[t, h] / np.sqrt(hd)
             p = np.exp(s - s.max())
             assert np.allclose(got[t, h], (p / p.sum()) @ v[: start + t + 1, g], atol=1e-5)
+    # the mask covers the last T keys only: keys that are not exactly positions 0 .. start+T-1 are refused, not
+    # masked wrongly (a decode step, T = 1, with one key too many once broadcast its mask over it)
+    for extra in (1, -1):
+        n = start + T + extra
+        with pytest.raises(AssertionError):
+            causal_attention(q, k[:1].repeat(n, axis=0), v[:1].repeat(n, axis=0), start)
+        with pytest.raises(AssertionError):
+            causal_attention(q[:1], k[: start + 1 + extra], v[: start + 1 + extra], start)
 
 
 def test_conv_state_holds_the_last_k_inputs() -> None:
