@@ -226,6 +226,34 @@ def test_equivalent_mutants_leave_the_denominator_and_a_killed_one_is_stale() ->
     ]
 
 
+def test_listed_mutants_not_run_count_as_surviving_as_listed() -> None:
+    """A whole run leaves out what the baseline lists (LISTED_NOT_RUN): the verdict and the kill rate are the
+    ones they would give surviving as listed, and such an entry is never reported stale as killed."""
+    from falsify.mutation.mutmut.config import LISTED_NOT_RUN
+    from falsify.mutation.mutmut.report import kill_rate, to_stryker
+
+    listed = Baseline("b.toml", equivalent=(_entry(8, "same bits"),), survivors=(_entry(9),))
+    ran = _run(80, ["killed"] * 8 + ["survived", "survived"], listed)
+    skipped = _run(80, ["killed"] * 8 + [LISTED_NOT_RUN, LISTED_NOT_RUN], listed)
+    assert kill_rate(skipped) == kill_rate(ran) == (8, 9)
+    assert verdict(skipped)[1] and verdict(ran)[1]
+    assert "2 listed mutants not run (--run-listed)" in verdict(skipped)[0]
+    assert [m.name for m in skipped.not_run] == ["reference.m.x_a__mutmut_8", "reference.m.x_a__mutmut_9"]
+    assert skipped.stale() == [] and len(skipped.survivors) == 2 and skipped.new_survivors == []
+    # The floor counts a listed survivor as not killed: 8 of 9 (88.9 %) is below 90 %, 7 of 9 below 80 %.
+    assert not verdict(_run(90, ["killed"] * 8 + [LISTED_NOT_RUN, LISTED_NOT_RUN], listed))[1]
+    three = Baseline("b.toml", equivalent=(_entry(8, "same bits"),), survivors=(_entry(7), _entry(9)))
+    text, ok = verdict(_run(80, ["killed"] * 7 + [LISTED_NOT_RUN] * 3, three))
+    assert not ok and "kill rate 7/9 = 77.8%" in text and "0 not listed" in text
+    # Stryker: the listed survivor is Survived, the equivalent Ignored, as when they run.
+    root = Path(__file__).parent.parent
+    skipped.files = ["reference/cancel.py"]
+    skipped.mutants = [dataclasses.replace(m, file="reference/cancel.py", line=1) for m in skipped.mutants]
+    out = to_stryker(skipped, root)["files"]["reference/cancel.py"]["mutants"]
+    assert [m["status"] for m in out[-2:]] == ["Ignored", "Survived"]
+    assert "--run-listed" in out[-1]["description"]
+
+
 def test_written_baseline_lists_the_survivors_and_keeps_the_equivalent(tmp_path: Path) -> None:
     statuses = ["killed", "survived", "no tests", "survived"]
     run = _run(0, statuses, Baseline("b.toml", equivalent=(_entry(3, 'a "quoted" reason'),)))
@@ -277,6 +305,52 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
         "Killed" in statuses and "NoCoverage" in statuses and statuses <= {"Killed", "NoCoverage", "Timeout"}
     )
     assert {m["location"]["start"]["line"] for m in mutants if m["status"] == "NoCoverage"} == {uncovered}
+
+
+def test_a_whole_run_leaves_out_the_mutants_the_baseline_lists(tmp_path: Path) -> None:
+    """The toy run once as is, then with a baseline listing its uncovered mutants as survivors and one killed
+    mutant as equivalent: the second run runs neither (they come back as "listed (not run)"), and passes."""
+    pytest.importorskip("mutmut")
+    root = copy_toy(tmp_path / "toy")
+    set_up_mutmut(root, "timeout = 900\n")
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "FALSIFY_ENGINE": "toy.engine:ToyEngine"}
+    first = run_cli("mutmut", "-j", "2", cwd=root, env=env, timeout=1200)
+    assert first.returncode == 1, first.stdout + first.stderr
+    report_path = root / ".falsify" / "mutmut" / "mutation-report.json"
+    mutants = json.loads(report_path.read_text(encoding="utf-8"))["files"]["toy/loop.py"]["mutants"]
+    lines = (root / "toy" / "loop.py").read_text(encoding="utf-8").splitlines()
+
+    def entry(kind: str, m: dict) -> str:
+        original = lines[m["location"]["start"]["line"] - 1].strip()
+        reason = 'reason = "a review this test makes up"\n' if kind == "equivalent" else ""
+        return (
+            f"[[{kind}]]\nmutant = {json.dumps(m['id'])}\noriginal = {json.dumps(original)}\n"
+            f"mutated = {json.dumps(m['replacement'])}\n{reason}\n"
+        )
+
+    uncovered = [m for m in mutants if m["status"] == "NoCoverage"]
+    killed = [m for m in mutants if m["status"] == "Killed"]
+    assert uncovered and len(killed) > 1
+    (root / "mutmut-baseline.toml").write_text(
+        "".join(entry("survivor", m) for m in uncovered) + entry("equivalent", killed[0]), encoding="utf-8"
+    )
+    second = run_cli("mutmut", "-j", "2", cwd=root, env=env, timeout=1200)
+    out = second.stdout
+    assert second.returncode == 0, out + second.stderr
+    listed = len(uncovered) + 1
+    assert f"{listed} of {len(mutants)} mutants are listed in mutmut-baseline.toml" in out
+    assert f"{listed} listed mutants not run (--run-listed)" in out
+    # Judged: every mutant but the equivalent one; detected: the killed others (and timeouts), as in the first run.
+    detected = sum(m["status"] in ("Killed", "Timeout") for m in mutants) - 1
+    assert f"kill rate {detected}/{len(mutants) - 1} " in out
+    again = json.loads(report_path.read_text(encoding="utf-8"))["files"]["toy/loop.py"]["mutants"]
+    by_id = {m["id"]: m for m in again}
+    assert [m["id"] for m in again] == [m["id"] for m in mutants]
+    assert by_id[killed[0]["id"]]["status"] == "Ignored"
+    assert all(by_id[m["id"]]["status"] == "Survived" for m in uncovered)
+    assert all("listed (not run)" in by_id[m["id"]]["description"] for m in [*uncovered, killed[0]])
+    assert all(by_id[m["id"]]["status"] in ("Killed", "Timeout") for m in killed[1:])
 
 
 def test_recheck_drops_the_listed_survivors_now_killed(tmp_path: Path) -> None:

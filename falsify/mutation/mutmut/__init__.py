@@ -22,6 +22,13 @@ Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
     timeout_multiplier = 4    # a mutant's run stops after (its tests' time + timeout_constant) x this
     timeout_constant = 10     # seconds
 
+A whole run does not run the mutants the baseline lists (as equivalent or as known survivors): mutmut generates
+its mutants, each is located and matched against the baseline first, and only the others run. The listed ones
+count as surviving (status "listed (not run)"; in the Stryker report a listed survivor is Survived and an
+equivalent one Ignored, as when they run), so the kill rate is the one they would give surviving as listed; a
+listed survivor that tests added since would now kill is found by `--recheck` or `--run-listed`, not by a whole
+run. `--run-listed` runs them too; `--write-baseline` always does.
+
 `--recheck` runs only the mutants the baseline lists as survivors (after tests were added); with
 `--write-baseline` it drops the ones now killed.
 
@@ -88,6 +95,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="run only the baseline's [[survivor]] mutants (after adding tests; with --write-baseline, drop "
         "the ones now killed)",
     )
+    p.add_argument(
+        "--run-listed",
+        action="store_true",
+        help="also run the mutants the baseline lists (equivalent and known survivors); a whole run leaves them "
+        "out and counts them as surviving",
+    )
     p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
     stryker.add_out_option(p, Path(".falsify/mutmut"))
 
@@ -113,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         raise MutmutError("--write-baseline needs a whole run or --recheck, not --since")
     if args.recheck and args.since:
         raise MutmutError("--recheck and --since each pick the mutants: give one")
+    if args.run_listed and (args.recheck or args.since):
+        raise MutmutError("--run-listed is for a whole run; --recheck and --since pick their own mutants")
     baseline = read_baseline(project, config)
     if args.timeout is not None:
         if args.timeout <= 0:
@@ -123,9 +138,20 @@ def run(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
 
+    # A whole run leaves out the mutants the baseline lists, unless asked, or unless it writes the baseline (which
+    # must see the listed survivors killed to drop them).
+    skip_listed = None if args.run_listed or args.write_baseline else baseline
+
     def in_shards(run: MutmutRun) -> MutmutRun:
         return run_sharded(
-            project, config, run, executor=args.executor, address=args.address, jobs=jobs, progress=say
+            project,
+            config,
+            run,
+            executor=args.executor,
+            address=args.address,
+            jobs=jobs,
+            progress=say,
+            skip_listed=skip_listed,
         )
 
     with sigterm_interrupts():
@@ -137,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
             progress=say,
             recheck=baseline if args.recheck else None,
             in_shards=in_shards if args.executor else None,
+            skip_listed=skip_listed,
         )
     result.baseline = baseline
     if (args.since or args.recheck) and not result.patterns:

@@ -39,13 +39,18 @@ STATUS_BY_EXIT_CODE = {
     -11: "segfault",
     -9: "segfault",
 }
-SURVIVING = ("survived", "no tests")
+# A mutant the baseline lists (as equivalent or as a known survivor) that a whole run did not run (`falsify mutmut`
+# skips them unless --run-listed or --write-baseline): counted as surviving, so the kill rate is what it would be if
+# it survived as listed, and a listed survivor now killed is found only by --recheck or --run-listed.
+LISTED_NOT_RUN = "listed (not run)"
+SURVIVING = ("survived", "no tests", LISTED_NOT_RUN)
 STRYKER_STATUS = {
     "killed": "Killed",
     "timeout": "Timeout",
     "caught by type check": "CompileError",
     "survived": "Survived",
     "no tests": "NoCoverage",
+    LISTED_NOT_RUN: "Survived",
     "skipped": "Ignored",
     "not checked": "Pending",
     "suspicious": "RuntimeError",
@@ -161,10 +166,16 @@ class MutmutRun:
         """Surviving mutants the baseline lists as equivalent (a killed one is not equivalent: see stale)."""
         return [m for m in self.survivors if self.baseline.is_equivalent(m)]
 
+    @property
+    def not_run(self) -> list[MutmutMutant]:
+        """Mutants the baseline lists that this run did not run (LISTED_NOT_RUN)."""
+        return [m for m in self.mutants if m.status == LISTED_NOT_RUN]
+
     def stale(self) -> list[tuple[str, BaselineEntry]]:
         """Baseline entries this run does not bear out: a listed survivor now killed (remove it: the list
         shrinks), a listed equivalent mutant killed (it was not equivalent), or an entry whose mutant this run
-        did not produce with that mutated line. Not read in a --since or --recheck run, which mutates a subset."""
+        did not produce with that mutated line. Not read in a --since or --recheck run, which mutates a subset;
+        a listed mutant this run did not run (LISTED_NOT_RUN) is not known to be killed."""
         if self.partial:
             return []
         out = []

@@ -10,6 +10,7 @@ from typing import Any
 from falsify import __version__
 from falsify.mutation import stryker
 from falsify.mutation.mutmut.config import (
+    LISTED_NOT_RUN,
     STRYKER_STATUS,
     MutmutMutant,
     MutmutRun,
@@ -44,7 +45,8 @@ def verdict(run: MutmutRun) -> tuple[str, bool]:
         f"{f'{rate:.1f}%' if judged else 'n/a'} of the non-equivalent mutants against a floor of {floor:g}%"
         f"{' (not applied to a partial run)' if run.partial else ''}; {len(run.survivors) - len(run.equivalent)} "
         f"survivors (survived or no test): {known} listed in {run.baseline.path}, {new} not listed; "
-        f"{run.seconds:.0f} s"
+        + (f"{len(run.not_run)} listed mutants not run (--run-listed); " if run.not_run else "")
+        + f"{run.seconds:.0f} s"
     ), ok
 
 
@@ -84,7 +86,9 @@ def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
                 "mutmut",
                 loc,
                 "Ignored" if equivalent else STRYKER_STATUS.get(m.status, "RuntimeError"),
-                description=f"mutmut: {m.status}" + (" (listed as equivalent)" if equivalent else ""),
+                description=f"mutmut: {m.status}"
+                + (" (listed as equivalent)" if equivalent else "")
+                + (" (counted as surviving; --run-listed runs it)" if m.status == LISTED_NOT_RUN else ""),
                 replacement=m.mutated or None,
                 reason=m.status,
                 duration_ms=m.duration * 1000 if m.duration is not None else None,

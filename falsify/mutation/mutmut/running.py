@@ -6,6 +6,7 @@ the .meta files, each located by file:line with its original and mutated line.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any
 
 from falsify.mutation.mutmut.config import (
     CLASS_SEPARATOR,
+    LISTED_NOT_RUN,
     STATUS_BY_EXIT_CODE,
     Baseline,
     MutmutConfig,
@@ -158,6 +160,29 @@ def _fnmatch(name: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern)
 
 
+# mutmut's own generation step of `mutmut run` (mutmut/__main__.py _run), without its test runs.
+_GENERATE_SCRIPT = """
+import os
+from mutmut.__main__ import create_mutants, store_lines_covered_by_tests
+from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+os.makedirs("mutants", exist_ok=True)
+copy_src_dir()
+copy_also_copy_files()
+setup_source_paths()
+store_lines_covered_by_tests()
+create_mutants(1)
+"""
+
+
+def generate(tree: Path, scratch: Scratch, timeout: float) -> None:
+    """mutmut's mutants generated in `tree` (prepared), no test run: `mutmut run` there later reuses them."""
+    generated = scratch.run([sys.executable, "-c", _GENERATE_SCRIPT], cwd=tree, env=_env(), timeout=timeout)
+    if generated.returncode is None:
+        raise MutmutError(f"mutmut's mutant generation ran past {timeout:.0f} s")
+    if generated.returncode != 0:
+        raise MutmutError(f"mutmut could not generate its mutants:\n{_clean_tail(generated.output)}")
+
+
 _DIFFS_SCRIPT = """
 import json, sys
 from mutmut.mutation.diff_apply import get_diff_for_mutant
@@ -253,9 +278,12 @@ def run_mutmut(
     progress: Any = print,
     recheck: Baseline | None = None,
     in_shards: Callable[[MutmutRun], MutmutRun] | None = None,
+    skip_listed: Baseline | None = None,
 ) -> MutmutRun:
     """mutmut over the configured files (or the --since / --recheck subset): with its own parallelism (`jobs`
-    children), or handed to `in_shards` once chosen (sharded.py: shards on an executor)."""
+    children), or handed to `in_shards` once chosen (sharded.py: shards on an executor). With `skip_listed`, a
+    whole run generates the mutants first, locates them, and runs only those the baseline lists neither as
+    equivalent nor as survivors; the listed ones come back as LISTED_NOT_RUN."""
     files = sorted(
         {
             str(p.relative_to(project.root))
@@ -293,39 +321,78 @@ def run_mutmut(
         tree = scratch.copy("project")
         prepare(tree, project, config, run.files)
         progress(f"mutmut: mutating {', '.join(run.files)} in {tree}, tests {', '.join(config.tests)}")
-        args = ["run", "--max-children", str(jobs), *run.patterns]
-        done = threading.Event()
-        watcher = threading.Thread(target=_report_progress, args=(tree, run, done, progress), daemon=True)
-        watcher.start()
-        try:
-            finished = scratch.run(mutmut_command(*args), cwd=tree, env=_env(), timeout=config.timeout)
-        finally:
-            done.set()
-            watcher.join()
-        log = finished.output
-        if finished.returncode is None:
-            raise MutmutError(
-                f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] "
-                "timeout); narrow paths or tests"
+        listed: dict[str, MutmutMutant] = {}
+        names = list(run.patterns)
+        if skip_listed is not None and not run.partial and (skip_listed.equivalent or skip_listed.survivors):
+            generate(tree, scratch, config.timeout)  # a step `mutmut run` would take anyway; it reuses them
+            listed, names = set_listed_aside(tree, scratch, run, skip_listed, progress)
+        log = ""
+        if not listed or names:
+            args = ["run", "--max-children", str(jobs), *names]
+            done = threading.Event()
+            watcher = threading.Thread(
+                target=_report_progress, args=(tree, run, done, progress, set(listed)), daemon=True
             )
-        if finished.returncode != 0:
-            raise MutmutError(f"mutmut exited {finished.returncode}:\n{_clean_tail(log)}")
+            watcher.start()
+            try:
+                finished = scratch.run(mutmut_command(*args), cwd=tree, env=_env(), timeout=config.timeout)
+            finally:
+                done.set()
+                watcher.join()
+            log = finished.output
+            if finished.returncode is None:
+                raise MutmutError(
+                    f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] "
+                    "timeout); narrow paths or tests"
+                )
+            if finished.returncode != 0:
+                raise MutmutError(f"mutmut exited {finished.returncode}:\n{_clean_tail(log)}")
         mutants = read_results(tree, run.files, run.patterns)
         if not mutants:
             raise MutmutError(f"mutmut reported no mutant:\n{_clean_tail(log)}")
-        run.mutants = locate(tree, mutants, scratch, timeout=600)
+        ran = locate(tree, [m for m in mutants if m.name not in listed], scratch, timeout=600)
+        by_name = {m.name: m for m in ran} | listed
+        run.mutants = [by_name[m.name] for m in mutants]  # mutmut's order
     run.seconds = time.perf_counter() - start
     return run
 
 
+def set_listed_aside(
+    tree: Path, scratch: Scratch, run: MutmutRun, baseline: Baseline, progress: Any
+) -> tuple[dict[str, MutmutMutant], list[str]]:
+    """In a tree whose mutants are generated: the mutants `baseline` lists (each located, as LISTED_NOT_RUN) and
+    the names of the others, which the run runs."""
+    located = locate(tree, read_results(tree, run.files, []), scratch, timeout=600)
+    listed = {
+        m.name: dataclasses.replace(m, status=LISTED_NOT_RUN)
+        for m in located
+        if baseline.is_equivalent(m) or baseline.is_known_survivor(m)
+    }
+    rest = [m.name for m in located if m.name not in listed]
+    if listed:
+        equivalent = sum(baseline.is_equivalent(m) for m in listed.values())
+        progress(
+            f"mutmut: {len(listed)} of {len(located)} mutants are listed in {baseline.path} ({equivalent} as "
+            f"equivalent, {len(listed) - equivalent} as survivors) and are not run; they count as surviving "
+            "(--run-listed runs them)"
+        )
+    return listed, rest
+
+
 def _report_progress(
-    tree: Path, run: MutmutRun, done: threading.Event, progress: Any, every: float = 30.0
+    tree: Path,
+    run: MutmutRun,
+    done: threading.Event,
+    progress: Any,
+    not_run: set[str],
+    every: float = 30.0,
 ) -> None:
-    """A line every `every` seconds while mutmut runs, from its .meta files: mutmut's own spinner is not a log."""
+    """A line every `every` seconds while mutmut runs, from its .meta files: mutmut's own spinner is not a log.
+    The mutants of `not_run` (listed in the baseline, set aside) are not counted."""
     start = time.perf_counter()
     while not done.wait(every):
         try:
-            mutants = read_results(tree, run.files, run.patterns)
+            mutants = [m for m in read_results(tree, run.files, run.patterns) if m.name not in not_run]
         except (OSError, ValueError):  # a .meta file being rewritten
             continue
         counts = Counter(m.status for m in mutants)

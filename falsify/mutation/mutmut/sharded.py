@@ -14,21 +14,22 @@ and mutated line) in its own tree, so the report is built exactly as a local run
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from falsify.mutation import executors
-from falsify.mutation.mutmut.config import MutmutConfig, MutmutError, MutmutMutant, MutmutRun
+from falsify.mutation.mutmut.config import Baseline, MutmutConfig, MutmutError, MutmutMutant, MutmutRun
 from falsify.mutation.mutmut.running import (
     _clean_tail,
     _env,
+    generate,
     locate,
     mutmut_command,
     prepare,
     read_results,
+    set_listed_aside,
 )
 from falsify.mutation.semantic.scratch import Scratch
 from falsify.project import Project, find_project
@@ -38,19 +39,6 @@ SHARDS = (
 )
 # starts (collect, clean run, forced failure)
 MIN_SHARD = 12  # mutants: a smaller shard would spend more on those starts than on its mutants
-
-# mutmut's own generation step of `mutmut run` (mutmut/__main__.py _run), without its test runs.
-_GENERATE_SCRIPT = """
-import os
-from mutmut.__main__ import create_mutants, store_lines_covered_by_tests
-from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
-os.makedirs("mutants", exist_ok=True)
-copy_src_dir()
-copy_also_copy_files()
-setup_source_paths()
-store_lines_covered_by_tests()
-create_mutants(1)
-"""
 
 
 def shards(names: list[str], count: int = SHARDS) -> list[list[str]]:
@@ -108,20 +96,22 @@ def run_sharded(
     address: str | None,
     jobs: int,
     progress: Callable[[str], None],
+    skip_listed: Baseline | None = None,
 ) -> MutmutRun:
-    """run.files' mutants (those matching run.patterns, if any) as shards on the executor; run filled in."""
+    """run.files' mutants (those matching run.patterns, if any) as shards on the executor; run filled in. With
+    `skip_listed`, a whole run leaves out the mutants the baseline lists, as a local run does."""
     start = time.perf_counter()
     with Scratch(project.root, prefix="falsify-mutmut-", exclude=project.copy_exclude) as scratch:
         tree = scratch.copy("project")
         prepare(tree, project, config, run.files)
-        generated = scratch.run(
-            [sys.executable, "-c", _GENERATE_SCRIPT], cwd=tree, env=_env(), timeout=config.timeout
-        )
-        if generated.returncode != 0:
-            raise MutmutError(f"mutmut could not generate its mutants:\n{_clean_tail(generated.output)}")
-        names = [m.name for m in read_results(tree, run.files, run.patterns)]
-        if not names:
-            raise MutmutError(f"mutmut generated no mutant:\n{_clean_tail(generated.output)}")
+        generate(tree, scratch, config.timeout)
+        order = [m.name for m in read_results(tree, run.files, run.patterns)]
+        if not order:
+            raise MutmutError("mutmut generated no mutant")
+        listed: dict[str, MutmutMutant] = {}
+        names = order
+        if skip_listed is not None and not run.partial and (skip_listed.equivalent or skip_listed.survivors):
+            listed, names = set_listed_aside(tree, scratch, run, skip_listed, progress)
         parts: list[list[str]] = []
 
         def cut(slots: int) -> list[tuple[object, ...]]:
@@ -135,8 +125,10 @@ def run_sharded(
 
         deadline = start + config.timeout
         results: dict[str, MutmutMutant] = {}
-        stream = executors.run_tasks(
-            run_shard, cut, project.root, executor, address, jobs, project.copy_exclude
+        stream = (
+            executors.run_tasks(run_shard, cut, project.root, executor, address, jobs, project.copy_exclude)
+            if names
+            else iter(())  # every mutant is listed: nothing to run
         )
         for done, part in enumerate(stream, 1):
             results.update((m.name, m) for m in part)
@@ -148,6 +140,7 @@ def run_sharded(
                 raise MutmutError(
                     f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] timeout)"
                 )
-        run.mutants = locate(tree, [results[n] for n in names], scratch, timeout=600)
+        ran = {m.name: m for m in locate(tree, [results[n] for n in names], scratch, timeout=600)}
+        run.mutants = [ran[n] if n in ran else listed[n] for n in order]
     run.seconds = time.perf_counter() - start
     return run
