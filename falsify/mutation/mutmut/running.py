@@ -321,17 +321,19 @@ def run_mutmut(
         tree = scratch.copy("project")
         prepare(tree, project, config, run.files)
         progress(f"mutmut: mutating {', '.join(run.files)} in {tree}, tests {', '.join(config.tests)}")
-        listed: dict[str, MutmutMutant] = {}
+        located: dict[str, MutmutMutant] = {}
+        listed: set[str] = set()
         names = list(run.patterns)
         if skip_listed is not None and not run.partial and (skip_listed.equivalent or skip_listed.survivors):
             generate(tree, scratch, config.timeout)  # a step `mutmut run` would take anyway; it reuses them
-            listed, names = set_listed_aside(tree, scratch, run, skip_listed, progress)
+            located, listed = set_listed_aside(tree, scratch, run, skip_listed, progress)
+            names = [n for n in located if n not in listed] if listed else names
         log = ""
         if not listed or names:
             args = ["run", "--max-children", str(jobs), *names]
             done = threading.Event()
             watcher = threading.Thread(
-                target=_report_progress, args=(tree, run, done, progress, set(listed)), daemon=True
+                target=_report_progress, args=(tree, run, done, progress, listed), daemon=True
             )
             watcher.start()
             try:
@@ -350,33 +352,44 @@ def run_mutmut(
         mutants = read_results(tree, run.files, run.patterns)
         if not mutants:
             raise MutmutError(f"mutmut reported no mutant:\n{_clean_tail(log)}")
-        ran = locate(tree, [m for m in mutants if m.name not in listed], scratch, timeout=600)
-        by_name = {m.name: m for m in ran} | listed
-        run.mutants = [by_name[m.name] for m in mutants]  # mutmut's order
+        if located:
+            run.mutants = with_results(located, listed, mutants)
+        else:
+            run.mutants = locate(tree, mutants, scratch, timeout=600)
     run.seconds = time.perf_counter() - start
     return run
 
 
 def set_listed_aside(
     tree: Path, scratch: Scratch, run: MutmutRun, baseline: Baseline, progress: Any
-) -> tuple[dict[str, MutmutMutant], list[str]]:
-    """In a tree whose mutants are generated: the mutants `baseline` lists (each located, as LISTED_NOT_RUN) and
-    the names of the others, which the run runs."""
-    located = locate(tree, read_results(tree, run.files, []), scratch, timeout=600)
-    listed = {
-        m.name: dataclasses.replace(m, status=LISTED_NOT_RUN)
-        for m in located
-        if baseline.is_equivalent(m) or baseline.is_known_survivor(m)
-    }
-    rest = [m.name for m in located if m.name not in listed]
+) -> tuple[dict[str, MutmutMutant], set[str]]:
+    """In a tree whose mutants are generated: every mutant, located, by name (mutmut's order), and the names of
+    those `baseline` lists, which the run does not run."""
+    located = {m.name: m for m in locate(tree, read_results(tree, run.files, []), scratch, timeout=600)}
+    listed = {n for n, m in located.items() if baseline.is_equivalent(m) or baseline.is_known_survivor(m)}
     if listed:
-        equivalent = sum(baseline.is_equivalent(m) for m in listed.values())
+        equivalent = sum(baseline.is_equivalent(located[n]) for n in listed)
         progress(
             f"mutmut: {len(listed)} of {len(located)} mutants are listed in {baseline.path} ({equivalent} as "
             f"equivalent, {len(listed) - equivalent} as survivors) and are not run; they count as surviving "
             "(--run-listed runs them)"
         )
-    return listed, rest
+    return located, listed
+
+
+def with_results(
+    located: dict[str, MutmutMutant], listed: set[str], results: list[MutmutMutant]
+) -> list[MutmutMutant]:
+    """The run's results, in their order, with the lines `located` found before the run (not read again); the
+    listed mutants as LISTED_NOT_RUN."""
+    out = []
+    for m in results:
+        where = located.get(m.name, m)
+        if m.name in listed:
+            out.append(dataclasses.replace(where, status=LISTED_NOT_RUN, duration=None))
+        else:
+            out.append(dataclasses.replace(where, status=m.status, duration=m.duration))
+    return out
 
 
 def _report_progress(

@@ -30,6 +30,7 @@ from falsify.mutation.mutmut.running import (
     prepare,
     read_results,
     set_listed_aside,
+    with_results,
 )
 from falsify.mutation.semantic.scratch import Scratch
 from falsify.project import Project, find_project
@@ -108,10 +109,12 @@ def run_sharded(
         order = [m.name for m in read_results(tree, run.files, run.patterns)]
         if not order:
             raise MutmutError("mutmut generated no mutant")
-        listed: dict[str, MutmutMutant] = {}
+        located: dict[str, MutmutMutant] = {}
+        listed: set[str] = set()
         names = order
         if skip_listed is not None and not run.partial and (skip_listed.equivalent or skip_listed.survivors):
-            listed, names = set_listed_aside(tree, scratch, run, skip_listed, progress)
+            located, listed = set_listed_aside(tree, scratch, run, skip_listed, progress)
+            names = [n for n in order if n not in listed]
         parts: list[list[str]] = []
 
         def cut(slots: int) -> list[tuple[object, ...]]:
@@ -140,7 +143,9 @@ def run_sharded(
                 raise MutmutError(
                     f"mutmut ran past its timeout of {config.timeout:.0f} s ([tool.falsify.mutmut] timeout)"
                 )
-        ran = {m.name: m for m in locate(tree, [results[n] for n in names], scratch, timeout=600)}
-        run.mutants = [ran[n] if n in ran else listed[n] for n in order]
+        if located:  # every mutant located before the run; the listed ones did not run
+            run.mutants = with_results(located, listed, [results.get(n, located[n]) for n in order])
+        else:
+            run.mutants = locate(tree, [results[n] for n in names], scratch, timeout=600)
     run.seconds = time.perf_counter() - start
     return run
