@@ -349,7 +349,7 @@ def test_a_whole_run_leaves_out_the_mutants_the_baseline_lists(tmp_path: Path) -
     assert [m["id"] for m in again] == [m["id"] for m in mutants]
     assert by_id[killed[0]["id"]]["status"] == "Ignored"
     assert all(by_id[m["id"]]["status"] == "Survived" for m in uncovered)
-    assert all("listed (not run)" in by_id[m["id"]]["description"] for m in [*uncovered, killed[0]])
+    assert all("not run (--run-listed" in by_id[m["id"]]["description"] for m in [*uncovered, killed[0]])
     assert all(by_id[m["id"]]["status"] in ("Killed", "Timeout") for m in killed[1:])
 
 

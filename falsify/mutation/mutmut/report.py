@@ -70,6 +70,13 @@ def render_survivors(run: MutmutRun) -> str:
     return table(["where", "status", "baseline", "original", "mutated", "mutant"], rows)
 
 
+def _description(m: MutmutMutant, equivalent: bool) -> str:
+    if m.status == LISTED_NOT_RUN:
+        listed = "listed as equivalent" if equivalent else "a listed survivor, counted as surviving"
+        return f"mutmut: {listed}, not run (--run-listed runs it)"
+    return f"mutmut: {m.status}" + (" (listed as equivalent)" if equivalent else "")
+
+
 def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
     files: dict[str, tuple[str, list[dict[str, Any]]]] = {}
     for m in run.mutants:
@@ -86,9 +93,7 @@ def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
                 "mutmut",
                 loc,
                 "Ignored" if equivalent else STRYKER_STATUS.get(m.status, "RuntimeError"),
-                description=f"mutmut: {m.status}"
-                + (" (listed as equivalent)" if equivalent else "")
-                + (" (counted as surviving; --run-listed runs it)" if m.status == LISTED_NOT_RUN else ""),
+                description=_description(m, equivalent),
                 replacement=m.mutated or None,
                 reason=m.status,
                 duration_ms=m.duration * 1000 if m.duration is not None else None,
