@@ -162,7 +162,7 @@ def _fnmatch(name: str, pattern: str) -> bool:
 
 # mutmut's own generation step of `mutmut run` (mutmut/__main__.py _run), without its test runs.
 _GENERATE_SCRIPT = """
-import os
+import os, sys
 from mutmut.__main__ import create_mutants, store_lines_covered_by_tests
 from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
 os.makedirs("mutants", exist_ok=True)
@@ -170,13 +170,16 @@ copy_src_dir()
 copy_also_copy_files()
 setup_source_paths()
 store_lines_covered_by_tests()
-create_mutants(1)
+create_mutants(int(sys.argv[1]))
 """
 
 
-def generate(tree: Path, scratch: Scratch, timeout: float) -> None:
-    """mutmut's mutants generated in `tree` (prepared), no test run: `mutmut run` there later reuses them."""
-    generated = scratch.run([sys.executable, "-c", _GENERATE_SCRIPT], cwd=tree, env=_env(), timeout=timeout)
+def generate(tree: Path, scratch: Scratch, timeout: float, jobs: int = 1) -> None:
+    """mutmut's mutants generated in `tree` (prepared) by `jobs` processes, no test run: `mutmut run` there later
+    reuses them."""
+    generated = scratch.run(
+        [sys.executable, "-c", _GENERATE_SCRIPT, str(jobs)], cwd=tree, env=_env(), timeout=timeout
+    )
     if generated.returncode is None:
         raise MutmutError(f"mutmut's mutant generation ran past {timeout:.0f} s")
     if generated.returncode != 0:
@@ -325,7 +328,7 @@ def run_mutmut(
         listed: set[str] = set()
         names = list(run.patterns)
         if skip_listed is not None and not run.partial and (skip_listed.equivalent or skip_listed.survivors):
-            generate(tree, scratch, config.timeout)  # a step `mutmut run` would take anyway; it reuses them
+            generate(tree, scratch, config.timeout, jobs)  # as `mutmut run` would; it reuses them
             located, listed = set_listed_aside(tree, scratch, run, skip_listed, progress)
             names = [n for n in located if n not in listed] if listed else names
         log = ""
