@@ -19,7 +19,7 @@ only runs interleaved this way compare two trees. --pin CPU runs everything on t
 
 --budget states the budget in a form that holds on any machine. 15 s CPU was set where the issue's tree (BUDGET_REV:
 59 predictions, 198 tests passed) took 28.9 s; machines differ by more than that (one of this project's VMs runs
-the same Python loop 3x slower than another). So --budget runs --against BUDGET_REV and scales: the budget is met
+the same gate 2.5-3x slower than another). So --budget runs --against BUDGET_REV and scales: the budget is met
 when this tree's gate costs at most 15 / 28.9 = 0.519 of BUDGET_REV's, side by side (the median of the pairs'
 ratios), and it prints the figure that ratio gives on the issue's machine. The clone needs BUDGET_REV (a shallow
 clone does not have it: `git fetch --unshallow`).
