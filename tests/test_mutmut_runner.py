@@ -328,9 +328,9 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
     second = run_cli("mutmut", "-j", "2", cwd=root, env=env, timeout=1200)
     out = second.stdout
     assert second.returncode == 0, out + second.stderr
-    listed = len(not_covered) + 1
-    assert f"{listed} of {len(mutants)} mutants are listed in mutmut-baseline.toml" in out
-    assert f"{listed} listed mutants not run (--run-listed)" in out
+    n_listed = len(not_covered) + 1
+    assert f"{n_listed} of {len(mutants)} mutants are listed in mutmut-baseline.toml" in out
+    assert f"{n_listed} listed mutants not run (--run-listed)" in out
     # Judged: every mutant but the equivalent one; detected: the killed others (and timeouts), as in the first run.
     detected = sum(m["status"] in ("Killed", "Timeout") for m in mutants) - 1
     assert f"kill rate {detected}/{len(mutants) - 1} " in out
