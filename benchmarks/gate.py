@@ -18,8 +18,8 @@ of both sides and of the pairs' differences. On this 2-core VM the same tree mov
 only runs interleaved this way compare two trees. --pin CPU runs everything on that one CPU (sched_setaffinity).
 
 --budget states the budget in a form that holds on any machine. 15 s CPU was set where the issue's tree (BUDGET_REV:
-59 predictions, 198 tests passed) took 28.9 s; machines differ by more than that (one of this project's VMs runs
-the same gate 2.5-3x slower than another). So --budget runs --against BUDGET_REV and scales: the budget is met
+59 predictions, 198 tests passed) took 28.9 s; machines, and one machine's phases, differ by more than that (one
+of this project's VMs ran this tree's gate in 44 s CPU and, two hours later, in 22 s). So --budget runs --against BUDGET_REV and scales: the budget is met
 when this tree's gate costs at most 15 / 28.9 = 0.519 of BUDGET_REV's, side by side (the median of the pairs'
 ratios), and it prints the figure that ratio gives on the issue's machine. The clone needs BUDGET_REV (a shallow
 clone does not have it: `git fetch --unshallow`).
@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -155,7 +156,7 @@ def budget(data: dict[str, Any]) -> dict[str, Any]:
     pair by pair, against the budget's own fraction, BUDGET_CPU / BUDGET_REV_CPU."""
     before = [float(r["cpu_s"]) for r in data["runs"][BUDGET_REV]]
     after = [float(r["cpu_s"]) for r in data["runs"]["this tree"]]
-    ratio = median([round(b / a, 4) for a, b in zip(before, after, strict=True)])
+    ratio = round(statistics.median(b / a for a, b in zip(before, after, strict=True)), 4)
     allowed = round(BUDGET_CPU / BUDGET_REV_CPU, 4)
     met = ratio <= allowed
     print(

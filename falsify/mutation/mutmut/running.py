@@ -327,7 +327,7 @@ def run_mutmut(
         located: dict[str, MutmutMutant] = {}
         listed: set[str] = set()
         names = list(run.patterns)
-        if skip_listed is not None and not run.partial and (skip_listed.equivalent or skip_listed.survivors):
+        if skip_listed is not None and sets_aside(run, skip_listed):
             generate(tree, scratch, config.timeout, jobs)  # as `mutmut run` would; it reuses them
             located, listed = set_listed_aside(tree, scratch, run, skip_listed, progress)
             names = [n for n in located if n not in listed] if listed else names
@@ -361,6 +361,11 @@ def run_mutmut(
             run.mutants = locate(tree, mutants, scratch, timeout=600)
     run.seconds = time.perf_counter() - start
     return run
+
+
+def sets_aside(run: MutmutRun, baseline: Baseline) -> bool:
+    """Whether this run leaves out what `baseline` lists: a whole run, and a baseline that lists any mutant."""
+    return not run.partial and bool(baseline.equivalent or baseline.survivors)
 
 
 def set_listed_aside(

@@ -30,6 +30,7 @@ from falsify.mutation.mutmut.running import (
     prepare,
     read_results,
     set_listed_aside,
+    sets_aside,
     with_results,
 )
 from falsify.mutation.semantic.scratch import Scratch
@@ -112,7 +113,7 @@ def run_sharded(
         located: dict[str, MutmutMutant] = {}
         listed: set[str] = set()
         names = order
-        if skip_listed is not None and not run.partial and (skip_listed.equivalent or skip_listed.survivors):
+        if skip_listed is not None and sets_aside(run, skip_listed):
             located, listed = set_listed_aside(tree, scratch, run, skip_listed, progress)
             names = [n for n in order if n not in listed]
         parts: list[list[str]] = []
