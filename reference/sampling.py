@@ -42,7 +42,7 @@ class Sampler:
     top_k = None cut nothing.
     """
 
-    __slots__ = ("rng", "seed", "temperature", "top_k", "top_p")
+    __slots__ = ("_last", "rng", "seed", "temperature", "top_k", "top_p")
 
     def __init__(
         self, temperature: float = 1.0, top_k: int | None = None, seed: int = 0, top_p: float | None = None
@@ -60,6 +60,7 @@ class Sampler:
         self.top_p = None if top_p is None else float(top_p)
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+        self._last: tuple[tuple[object, ...], np.ndarray, np.ndarray] | None = None  # see _layout_of
 
     def __call__(self, logits: np.ndarray) -> int:  # [vocab] -> token id
         return int(self.pick(logits, self.rng.random()))  # exactly one draw per token
@@ -70,22 +71,33 @@ class Sampler:
     def pick(self, logits: np.ndarray, u: np.ndarray) -> np.ndarray: ...
     def pick(self, logits: np.ndarray, u: float | np.ndarray) -> int | np.ndarray:  # [vocab], u in [0, 1)
         """The token whose interval holds u (a float, or an array of them: one token id each)."""
-        logits = _check_logits(logits).astype(np.float64)
+        order, cdf = self._layout_of(_check_logits(logits))
+        at = np.searchsorted(cdf, np.asarray(u, np.float64) * cdf[-1], side="right")
+        picked = order[np.minimum(at, len(order) - 1)]
+        return int(picked) if picked.ndim == 0 else picked
+
+    def _layout_of(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The kept candidates in draw order and their running (unnormalised) probability. The last layout is
+        kept with a copy of the logits and the cuts it was made from: a caller drawing again from the same logits (equal
+        bytes, whatever array holds them) under the same cuts reuses it, anything else lays out afresh."""
+        key = (self.temperature, self.top_k, self.top_p, logits.dtype.str, logits.tobytes())
+        if self._last is not None and self._last[0] == key:
+            return self._last[1], self._last[2]
+        wide = logits.astype(np.float64)
         # Candidates in descending logit order; a stable sort breaks ties by the lower id, so the order (and
         # with it the token a given draw lands on) does not depend on the sort algorithm.
-        order = np.argsort(-logits, kind="stable")
+        order = np.argsort(-wide, kind="stable")
         if self.top_k is not None:
             order = order[: self.top_k]
-        z = logits[order] / self.temperature
+        z = wide[order] / self.temperature
         p = np.exp(z - z[0])  # z[0] is the largest, so every term is in (0, 1]
         cdf = np.cumsum(p)
         if self.top_p is not None and self.top_p < 1:
             # The first index whose running sum reaches top_p of the total is the last token kept.
             keep = int(np.searchsorted(cdf, self.top_p * cdf[-1], side="left")) + 1
             order, cdf = order[:keep], cdf[:keep]
-        at = np.searchsorted(cdf, np.asarray(u, np.float64) * cdf[-1], side="right")
-        picked = order[np.minimum(at, len(order) - 1)]
-        return int(picked) if picked.ndim == 0 else picked
+        self._last = (key, order, cdf)
+        return order, cdf
 
     def __repr__(self) -> str:
         return f"Sampler(temperature={self.temperature}, top_k={self.top_k}, top_p={self.top_p}, seed={self.seed})"

@@ -85,6 +85,8 @@ class FalsifyPlugin:
         self._engine: Any = None
         self.results: dict[str, dict[str, Any]] = {}
         self._written: dict[str, str] = {}  # node id -> its finished record, encoded (results.write_results)
+        # (len(self.collected), its JSON), for _write_results: encoded once when collection has ended
+        self._collected_json: tuple[int, str] = (-1, "")
         self.collected: dict[str, list[str]] = {}  # falsifier node id -> the predictions it names
         # falsifier node id -> its file, relative to the rootdir; absolute for a pack's falsifier installed outside
         # it (site-packages), where its node id alone does not find it again (the mutant runner runs it by path)
@@ -397,7 +399,10 @@ class FalsifyPlugin:
             **({"wire_coverage": self.wire_coverage} if getattr(self, "wire_coverage", None) else {}),
             **({"hypothesis": self.hypothesis} if self.hypothesis else {}),
         }
-        write_results(Path(path), payload, self._written if compact else None)
+        if compact and self._collected_json[0] != len(self.collected):  # collection ended: encoded once
+            self._collected_json = (len(self.collected), json.dumps(payload["collected"], sort_keys=True))
+        encoded = {"collected": self._collected_json[1]} if compact else None
+        write_results(Path(path), payload, self._written if compact else None, encoded)
 
 
 def _importable(module: str) -> bool:

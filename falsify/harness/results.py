@@ -12,22 +12,28 @@ from typing import Any
 from falsify.contracts.corpus import Corpus
 
 
-def write_results(path: Path, payload: dict[str, Any], written: dict[str, str] | None) -> None:
+def write_results(
+    path: Path, payload: dict[str, Any], written: dict[str, str] | None, encoded: dict[str, str] | None = None
+) -> None:
     """The plugin's results file, replaced whole (a reader never sees half a file). At the end of a run: indented.
     Mid-run (`written` given, after each test): compact, through json's C encoder (an indented dump is pure
     Python), each finished test's record taken from `written`, where it was encoded once at its teardown:
     re-encoding every record after every test grew as the tests squared (~0.5 s CPU of this repository's gate,
-    issue #28)."""
+    issue #28). `encoded` holds top-level fields already encoded (the collected list, fixed after collection:
+    ~60 kB for this repository's gate), spliced in as they are."""
     if written is None:
         text = json.dumps(payload, indent=1, sort_keys=True, default=repr)
     else:
-        rest = {k: v for k, v in payload.items() if k != "tests"}
+        fixed = encoded or {}
+        rest = {k: v for k, v in payload.items() if k != "tests" and k not in fixed}
         fragments = (
             f"{json.dumps(nid)}: {written.get(nid) or json.dumps(record, sort_keys=True, default=repr)}"
             for nid, record in sorted(payload["tests"].items())
         )
-        head = json.dumps(rest, sort_keys=True, default=repr)
-        text = f'{head[:-1]}, "tests": {{{", ".join(fragments)}}}}}'
+        parts = [json.dumps(rest, sort_keys=True, default=repr)[1:-1]]
+        parts += [f"{json.dumps(k)}: {v}" for k, v in fixed.items() if k in payload]
+        parts.append(f'"tests": {{{", ".join(fragments)}}}')
+        text = "{" + ", ".join(p for p in parts if p) + "}"
     tmp = Path(f"{path}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -43,13 +43,13 @@ def textbook_gated_delta_net(
     S = S0.astype(np.float64).copy()
     o = np.zeros((T, Hv, v.shape[2]))
     eye = np.eye(dk)
-    for t in range(T):
-        for h in range(Hv):
-            kt, qt = k[t, h // group].astype(np.float64), q[t, h // group].astype(np.float64)
-            vt = v[t, h].astype(np.float64)
-            a, b = float(alpha[t, h]), float(beta[t, h])
-            S[h] = S[h] @ (a * (eye - b * np.outer(kt, kt))) + b * np.outer(vt, kt)
-            o[t, h] = S[h] @ qt
+    heads = np.arange(Hv) // group  # value head h reads key head h // group
+    for t in range(T):  # every head at once: [Hv, ...] stacks of the per-head matrices
+        kt, qt = k[t, heads].astype(np.float64), q[t, heads].astype(np.float64)  # [Hv, dk]
+        vt = v[t].astype(np.float64)  # [Hv, dv]
+        a, b = alpha[t].astype(np.float64)[:, None, None], beta[t].astype(np.float64)[:, None, None]
+        S = S @ (a * (eye - b * (kt[:, :, None] * kt[:, None, :]))) + b * (vt[:, :, None] * kt[:, None, :])
+        o[t] = (S @ qt[:, :, None])[:, :, 0]
     return o, S
 
 
