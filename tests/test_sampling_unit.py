@@ -39,3 +39,22 @@ def test_ties_keep_the_lower_id_first_whatever_the_length() -> None:
     ends = np.cumsum(weights) / weights.sum()
     mids = ends - weights / weights.sum() / 2
     assert Sampler().pick(logits, mids).tolist() == order
+
+
+def test_one_sampler_follows_each_row_it_is_given() -> None:
+    """A sampler keeps its last layout (Sampler._layout_of): each pick must still follow the logits of its call,
+    whether another row or the same array changed in place, and the cuts it has now."""
+    rng = np.random.default_rng(5)
+    rows = [(rng.standard_normal(64) * 3).astype(np.float32) for _ in range(3)]
+    us = (np.arange(200) + 0.5) / 200
+    shared = Sampler(temperature=0.9, top_k=20, top_p=0.9)
+    for row in [*rows, rows[0]]:
+        fresh = Sampler(temperature=0.9, top_k=20, top_p=0.9)
+        assert list(shared.pick(row, us)) == list(fresh.pick(row, us))
+    row = rows[1].copy()
+    before = list(shared.pick(row, us))
+    row[::-1] = row.copy()  # the same array, other values
+    assert list(shared.pick(row, us)) == list(Sampler(temperature=0.9, top_k=20, top_p=0.9).pick(row, us))
+    assert list(shared.pick(row, us)) != before
+    shared.top_k = 3
+    assert set(shared.pick(row, us)) == set(np.argsort(-row, kind="stable")[:3])
