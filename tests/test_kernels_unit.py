@@ -107,3 +107,34 @@ def test_every_name_has_its_needs_and_fallbacks() -> None:
     for name, chain in kernels.FALLBACK.items():
         for other in chain:
             assert set(kernels.NEEDS.get(other, ())) <= set(kernels.NEEDS[name]), (name, other)
+
+
+def test_skip_default_leaves_out_the_kernel_loaded_unasked(monkeypatch: pytest.MonkeyPatch) -> None:
+    plans = [
+        kernels.Plan("Haswell", "Haswell", ""),
+        kernels.Plan("Zen", "Haswell", "served by Haswell"),
+        kernels.Plan("SkylakeX", None, "this CPU lacks avx512f"),
+        kernels.Plan("Sandybridge", "Sandybridge", ""),
+    ]
+    monkeypatch.setattr(kernels, "default_kernel", lambda: "Haswell")
+    kept = kernels.without_default(plans)
+    assert [(p.name, p.kernel) for p in kept] == [
+        ("Haswell", None),
+        ("Zen", None),
+        ("SkylakeX", None),
+        ("Sandybridge", "Sandybridge"),
+    ]
+    assert "--skip-default" in kept[0].why and kept[2].why == "this CPU lacks avx512f"
+
+
+@pytest.mark.parametrize("default", ["Sandybridge", None])
+def test_skip_default_never_leaves_nothing_to_run(
+    monkeypatch: pytest.MonkeyPatch, default: str | None
+) -> None:
+    # only the default can run (or the default cannot be told): every plan stays as it was
+    plans = [
+        kernels.Plan("Haswell", None, "this CPU lacks avx2"),
+        kernels.Plan("Sandybridge", "Sandybridge", ""),
+    ]
+    monkeypatch.setattr(kernels, "default_kernel", lambda: default)
+    assert kernels.without_default(plans) == plans
