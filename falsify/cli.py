@@ -125,15 +125,18 @@ def _pack_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def engine_spec(args: argparse.Namespace, project: Project) -> str:
-    """--engine, FALSIFY_ENGINE, then [tool.falsify] engine; loaded and checked here, before any test runs."""
-    from falsify.engines.loading import check_engine, resolve_engine
+def engine_spec(args: argparse.Namespace, project: Project, *, probe: bool = False) -> str:
+    """--engine, FALSIFY_ENGINE, then [tool.falsify] engine; loaded and checked here, before any test runs (and,
+    with `probe`, a wire engine started once or its port reached: falsify/engines/loading.py, probe_wire)."""
+    from falsify.engines.loading import check_engine, probe_wire, resolve_engine
 
     spec = resolve_engine(args.engine, project.engine, f"[tool.falsify] in {project.pyproject}")
     if getattr(args, "engine_model", None):  # read by the openai+ engine wherever the run loads it
         os.environ["FALSIFY_ENGINE_MODEL"] = args.engine_model
     if not spec.startswith("openai+exec:"):  # that one starts its server: only the run itself does
         check_engine(spec, project.import_roots)
+    if probe:
+        probe_wire(spec)  # a wire engine that cannot start: one line and exit 2, before any test runs
     return spec
 
 
@@ -194,7 +197,8 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
         "gate",
         "0 every prediction passed (or is not applicable) and something ran; 1 a prediction failed, errored, "
         "timed out or was not run, or lint/binding failed; 2 no contract, no project, an engine that cannot be "
-        "loaded (reported before any test runs), or another gate holds --out's lock",
+        "loaded or a wire engine that cannot start (reported before any test runs), or another gate holds --out's "
+        "lock",
     )
     _engine_args(p)
     _pack_args(p)
@@ -233,7 +237,7 @@ def run_gate(args: argparse.Namespace) -> int:
 
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     project = find_project()
-    engine = engine_spec(args, project)
+    engine = engine_spec(args, project, probe=True)
     out = args.out if args.out.is_absolute() else project.root / args.out
     report = args.mutants_report
     if report is not None and not report.is_absolute():

@@ -1,7 +1,10 @@
-"""A wire engine that crashes, hangs, sends a line that is not JSON or is 100 MB long, or speaks another protocol
-version: each is a named ERROR row for the predictions it touches and a non-zero gate exit, within the timeout,
-never a hang and never a PASS. The gate runs the cancellation contract's falsifiers (falsify/packs/serving/falsifiers/test_cancel_contract.py
-through `-k`) against tests/fixtures/wire/bad_engine.py."""
+"""A wire engine that crashes, hangs, or sends a line that is not JSON or is 100 MB long during the run: each is a
+named ERROR row for the predictions it touches and a non-zero gate exit, within the timeout, never a hang and never
+a PASS. The gate runs the cancellation contract's falsifiers (falsify/packs/serving/falsifiers/test_cancel_contract.py
+through `-k`) against tests/fixtures/wire/bad_engine.py.
+
+An engine that cannot start at all (the command exits, answers `initialize` in another protocol version, or nothing
+listens at the URL) is refused before any test runs: one line naming the cause, exit 2 (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +30,6 @@ TIMEOUT = 3  # FALSIFY_WIRE_TIMEOUT for these runs, seconds
         ("crash", "EngineCrashed"),
         ("not-json", "MalformedMessage"),
         ("huge-line", "OversizedMessage"),
-        ("wrong-version", "ProtocolVersionMismatch"),
         ("hang", "EngineTimeout"),
     ],
 )
@@ -40,11 +42,36 @@ def test_an_http_server_that_is_not_an_engine_is_a_named_error_row(tmp_path: Pat
         gate_names_the_error(server.url, "MalformedMessage", tmp_path)
 
 
-def test_nothing_listening_at_the_url_is_a_named_error_row(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("command", "cause"),
+    [
+        (f"{sys.executable} {BAD} wrong-version", "ProtocolVersionMismatch"),
+        (f"{sys.executable} -c 'raise SystemExit(3)'", "exited with code 3"),
+        (f"{sys.executable} -c 'print(\"ready\")'", "not JSON"),
+        ("/nonexistent/engine-binary --serve", "No such file or directory"),
+    ],
+    ids=["wrong-version", "exits", "prints-junk", "no-such-command"],
+)
+def test_an_engine_that_cannot_start_is_one_line_and_exit_2(command: str, cause: str, tmp_path: Path) -> None:
+    gate_refuses_the_engine(f"exec:{command}", cause, tmp_path)
+
+
+def test_nothing_listening_at_the_url_is_one_line_and_exit_2(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port that was free a moment ago and has no listener now
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    gate_names_the_error(f"http://127.0.0.1:{port}", "EngineStartError", tmp_path)
+    gate_refuses_the_engine(f"http://127.0.0.1:{port}", "cannot connect", tmp_path)
+
+
+def gate_refuses_the_engine(engine: str, cause: str, tmp_path: Path) -> None:
+    env = os.environ.copy()
+    env.update(PYTHONPATH=str(ROOT), FALSIFY_WIRE_TIMEOUT=str(TIMEOUT))
+    proc = run_cli("gate", "--engine", engine, "--out", str(tmp_path / "out"), cwd=ROOT, env=env, timeout=120)
+    said = (proc.stdout + proc.stderr).strip().splitlines()
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(said) == 1 and engine in said[0] and cause in said[0], said
+    assert "Traceback" not in said[0]
+    assert not (tmp_path / "out" / "gate.json").exists()  # no test ran
 
 
 def gate_names_the_error(engine: str, error: str, tmp_path: Path) -> None:

@@ -184,6 +184,49 @@ def conformance(engine: Any) -> list[Conformance]:
     return rows
 
 
+def probe_wire(spec: str) -> None:
+    """Before a run: can the wire engine be reached at all? `exec:` starts it, shakes hands and shuts it down;
+    `http://` opens a TCP connection to its port (a running server is not sent `initialize` twice, nor `exit`).
+    An engine that cannot start is then one line and exit 2, not an ERROR in every row. An engine that starts
+    and later fails is still judged in the run: each prediction it touches is an ERROR naming the failure."""
+    if spec.startswith("http://"):
+        import socket
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(spec)
+        try:
+            host, port = parts.hostname, parts.port
+        except ValueError as exc:  # a port that is not a number, or out of range
+            raise EngineError(f"engine {spec!r}: {exc}") from None
+        if not host or port is None:
+            raise EngineError(f"engine URL {spec!r}: expected http://HOST:PORT")
+        try:
+            socket.create_connection((host, port), timeout=10).close()
+        except OSError as exc:
+            raise EngineError(f"engine {spec!r}: cannot connect to {host}:{port}: {exc}") from None
+        return
+    if spec.startswith("exec:"):
+        from falsify.engines.wire.client import WireEngine
+        from falsify.engines.wire.errors import WireError
+
+        engine = WireEngine(spec)
+        try:
+            engine.connection()
+        except WireError as exc:
+            raise EngineError(f"engine {spec!r} did not start: {_one_line(str(exc))}") from None
+        finally:
+            engine.close()
+
+
+def _one_line(text: str, tail: int = 400) -> str:
+    """The error on one line; of the engine's stderr it carries (a traceback, often), the last `tail` characters."""
+    head, sep, stderr = text.partition("; stderr:")
+    stderr = " ".join(stderr.split())
+    if len(stderr) > tail:
+        stderr = "…" + stderr[-tail:]
+    return " ".join(head.split()) + (f"; stderr: {stderr}" if sep else "")
+
+
 def check_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
     """load_engine, then refuse an engine that claims a capability without its methods. A wire engine's
     capabilities come from its handshake, checked (and reported per prediction) when the run starts."""
