@@ -207,6 +207,17 @@ def test_unknown_engine_exits_2_with_one_line_before_any_test(tmp_path: Path) ->
     assert not (root / ".falsify").exists()
 
 
+def test_pytest_arguments_it_refuses_are_a_usage_error_exit_2(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "p")
+    result = falsify("gate", "--engine", "reference", "--", "--no-such-pytest-option", cwd=root)
+    assert result.returncode == 2, result.stdout[-2000:]
+    assert "unrecognized arguments: --no-such-pytest-option" in result.stdout + result.stderr
+    assert (
+        result.stdout.splitlines()[-1]
+        == "gate: ERROR — pytest stopped at a usage error (above); nothing was judged"
+    )
+
+
 @pytest.mark.parametrize("command", ["gate", "mutants", "evidence", "engine"])
 def test_every_command_resolves_the_engine_the_same_way(tmp_path: Path, command: str) -> None:
     """--engine, then FALSIFY_ENGINE, then [tool.falsify] engine; none of them: exit 2 naming all three."""

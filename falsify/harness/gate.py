@@ -251,6 +251,7 @@ def gate(
 
 
 LOCK = ".lock"
+pytest_usage_error = 4  # pytest.ExitCode.USAGE_ERROR, without importing pytest into the gate's process
 OUTPUTS = ("results.json", "junit.xml", "gate.json")
 
 
@@ -312,6 +313,11 @@ def _gate(
         packs=packs,
     )
     code = ran.code
+    if code == pytest_usage_error and not ran.timed_out:
+        # pytest refused its arguments, or the plugin refused the run (an engine that cannot start, contracts
+        # that do not lint): a usage error, said above on one line, and nothing was judged
+        print("gate: ERROR — pytest stopped at a usage error (above); nothing was judged")
+        return EXIT_EMPTY
     if not results_path.is_file() and not ran.timed_out:
         print(f"gate: FAIL — pytest exited {code} before any result was written (see its output above)")
         return 1
