@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from gate_cli import run_cli
@@ -47,3 +48,25 @@ def test_matrix_refuses_bad_engine_lists(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "distinct comma-separated engine names" in proc.stdout
     proc = matrix(tmp_path, " , ")
     assert proc.returncode == 2
+
+
+def test_matrix_imports_a_module_factory_engine_from_the_project_root(tmp_path: Path) -> None:
+    """As the `falsify` script runs it (-P: the working directory is not on sys.path), in a fresh `falsify init`
+    project: its example_engine imports from the project root, as under `falsify gate`."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    env = {k: v for k, v in os.environ.items() if k != "FALSIFY_ENGINE"}
+    assert run_cli("init", cwd=root, env=env).returncode == 0
+    proc = subprocess.run(
+        [sys.executable, "-P", "-m", "falsify.cli", "matrix", "--engine", "example_engine:make_engine"],
+        cwd=root,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((root / ".falsify" / "matrix" / "matrix.json").read_text())
+    assert [p["outcomes"] for p in doc["predictions"]] == [{"example_engine:make_engine": "PASS"}]

@@ -101,8 +101,8 @@ def matrix(project: Project, engines: list[str], out: Path, pytest_args: list[st
 
 
 def run_one(project: Project, engine: str, out: Path, pytest_args: list[str]) -> dict[str, Any]:
-    try:
-        load_engine(engine)
+    try:  # module:factory engines import from the project root or src/, as under `falsify gate`
+        load_engine(engine, project.import_roots)
     except EngineError as exc:
         print(f"matrix: engine {engine!r} not run: {exc}")
         return {"rows": {}, "summary": f"not run: {exc}", "failed_to_run": True}
