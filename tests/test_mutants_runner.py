@@ -344,3 +344,22 @@ def test_copy_exclude_keeps_folders_out_of_the_scratch_copies(tmp_path: Path) ->
     with Scratch(tmp_path, exclude=("bulk*",)) as scratch:
         copy = scratch.copy("one")
         assert sorted(p.name for p in copy.iterdir()) == ["data", "pkg"]
+
+
+@pytest.mark.parametrize("server", [[], ["--no-forkserver"]], ids=["forkserver", "no-forkserver"])
+def test_an_exec_engines_exit_code_is_the_one_it_exited_with(tmp_path: Path, server: list[str]) -> None:
+    """The fork server ignores SIGCHLD; its children must not, or the kernel reaps the engine process and the wire
+    transport reads exit code 0 for an engine that exited 3. A fresh `falsify init` project: its falsifier speaks
+    to the engine given."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    env = {k: v for k, v in env_for(tmp_path / "repo").items() if k != "FALSIFY_ENGINE"}
+    cli = [sys.executable, "-m", "falsify.cli"]
+    subprocess.run([*cli, "init"], cwd=root, env=env, check=True, capture_output=True)
+    engine = ["--engine", "exec:sh -c 'exit 3'"]
+    proc = subprocess.run(
+        [*cli, "mutants", *engine, *server], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "the engine exited with code 3" in proc.stdout, proc.stdout[-3000:]

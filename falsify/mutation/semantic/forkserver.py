@@ -6,6 +6,7 @@ JSON request per line on stdin, forks, and answers with the child's pid. The chi
 the runner can kill its process group), moves into the scratch copy, puts it first on sys.path, takes the
 request's environment, sends its output to a file, runs pytest.main, writes its exit code next to that file and
 exits. The server ignores SIGCHLD, so children are reaped without it; the client waits on the exit-code file.
+Each child restores SIGCHLD's default, so the exit codes of the processes it starts (exec: engines) can be read.
 
 mutmut forks from a process that has imported everything for the same reason.
 
@@ -38,6 +39,9 @@ PRELOAD = (
 
 
 def child(request: dict[str, object]) -> None:
+    # The server's SIG_IGN would make the kernel reap this child's own children: subprocess.wait() would get
+    # ECHILD and report exit code 0 for an engine that exited 3 (an exec: wire engine's exit status).
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     out = str(request["out"])
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
