@@ -292,6 +292,82 @@ def test_a_stop_token_ends_the_run(
     )
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+# What the session ran before the measured run, as (earlier prompt, earlier max_tokens, how the measured prompt is
+# made): the prompt P, a prefix of it, P itself, P + what the earlier run emitted (a chat turn), a history that
+# differs from P at `at`, and P with more after it. One case per corner of FALSIFY-SERVE-CANCEL-012 at least.
+HISTORIES = [
+    ("nothing", 0, 0),
+    ("prefix", 1, 1),
+    ("prefix", 9, 1),
+    ("chat", 5, 3),
+    ("whole", 0, 1),
+    ("whole", 0, 3),  # the session holds P and two of its tokens: the same question asked again
+    ("diverged", 0, 1),
+    ("diverged", 4, 3),  # the history runs two tokens past the prompt and differs from it at 4
+    ("diverged", 11, 1),  # they differ at the prompt's last token
+    ("longer", 0, 1),
+]
+
+
+def run_after(engine: Any, model: Any, history: str, at: int, earlier_tokens: int) -> dict[str, Any]:
+    """One case of HISTORIES on a fresh session: the earlier run, then the measured one (2 tokens, greedy)."""
+    vocab = model.config.vocab_size
+    base = tokens_of([(7919 * i + 104729 * at + 13) for i in range(12)], model)
+    proxy = CountingModel(model)
+    session = engine.session(proxy)
+    held: list[int] = []
+    prompt = base
+    if history != "nothing":
+        if history == "prefix":
+            earlier = base[:at]
+        elif history == "diverged":  # base with token `at` changed
+            earlier = [*base[:at], (base[at] + 1) % vocab, *base[at + 1 :]]
+        elif history == "longer":
+            earlier = [*base, (base[0] + 5) % vocab, (base[1] + 7) % vocab]
+        else:  # whole, chat
+            earlier = base
+        ran = session.generate(earlier, earlier_tokens)
+        held = [*earlier, *ran.tokens[:-1]]  # what the session holds after it (docs/engine-protocol.md §4.4)
+        if history == "chat":  # the next turn: the reply, then more
+            prompt = [*held, *ran.tokens[-1:], *base[:3]]
+    proxy.reset()
+    session.generate(prompt, 2, cancel=CountingCancel.never())
+    calls = proxy.calls
+    return {
+        "start": calls[0].start if calls else len(held),
+        "held_len": len(held),
+        "common": common_prefix(held, prompt),
+        "prompt_len": len(prompt),
+    }
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-012")
+def test_a_run_reuses_only_the_prefix_its_prompt_shares_with_the_session(engine: Any, model: Any) -> None:
+    # The sensitivity control: an engine that starts every run at position 0 (the protocol allows it) reuses
+    # nothing, so no reuse of it can run past the common prefix: the prediction cannot be shown false on it.
+    controls = [
+        run_after(engine, model, *case) for case in HISTORIES if case[0] in ("prefix", "chat", "whole")
+    ]
+    if not any(c["start"] > 0 for c in controls):
+        falsify.cannot_show(
+            "FALSIFY-SERVE-CANCEL-012",
+            f"the engine started each of {len(controls)} runs whose prompt extends what the session held at "
+            "position 0: it reuses none of a session's state, so none can be reused past the common prefix",
+            starts=[c["start"] for c in controls],
+        )
+    for case in HISTORIES:
+        falsify.check("FALSIFY-SERVE-CANCEL-012", **run_after(engine, model, *case))
+
+
 @pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-009")
 @pytest.mark.parametrize("k", [1, 2, 5, 8])
 def test_cancel_from_another_thread_stops_within_one_token(engine: Any, model: Any, k: int) -> None:
