@@ -1,6 +1,7 @@
 """`falsify engine check --conformance` (falsify/engines/wire/conformance.py): on the reference server every probe
-passes and every message and error of the spec is exercised; on a lying engine (tests/fixtures/wire/lying_engine.py)
-the probe its lie breaks fails by name and the command exits 1."""
+passes and every message of the spec and every error a run provokes is exercised; on a lying engine
+(tests/fixtures/wire/lying_engine.py) the probe its lie breaks fails by name and the command exits 1; after the engine
+crashed no probe is ok; a correct 1 engine passes with 1.1's parts not applicable."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LIAR = ROOT / "tests" / "fixtures" / "wire" / "lying_engine.py"
+BAD = ROOT / "tests" / "fixtures" / "wire" / "bad_engine.py"
 
 
 def check(engine: str) -> subprocess.CompletedProcess[str]:
@@ -27,11 +29,64 @@ def test_the_reference_server_exercises_every_message_and_error() -> None:
     proc = check(f"exec:{sys.executable} -m reference.serve")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.endswith("7 of 7 probes ok; 37 of 37 messages and errors exercised"), last
+    assert last.endswith("8 of 8 probes ok; 39 of 39 messages and errors exercised"), last
     rows = [
         line.split() for line in proc.stdout.splitlines() if line.startswith(("lane_round ", "error -32013"))
     ]
     assert rows == [["lane_round", rows[0][1]], ["error", "-32013", "1"]] and int(rows[0][1]) >= 1, rows
+    provoked = [
+        line.split() for line in proc.stdout.splitlines() if line.startswith(("error -32700", "error -32602"))
+    ]
+    assert provoked == [["error", "-32700", "1"], ["error", "-32602", "1"]], provoked
+
+
+def test_after_the_engine_crashed_no_probe_is_ok() -> None:
+    """bad_engine.py crash SIGKILLs itself at its first poll: the generate probe fails with EngineCrashed, and every
+    probe after it fails naming that failure (§8), though `$/cancelRequest` to a dead engine raises nothing."""
+    proc = check(f"exec:{sys.executable} {BAD} crash")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    out = proc.stdout.splitlines()
+    rows = out[out.index(next(x for x in out if x.startswith("PROBE"))) + 2 :]
+    rows = rows[: rows.index(next(x for x in rows if x.startswith("MESSAGE")))]
+    lines = {x.split("  ")[0]: x for x in rows}
+    assert (
+        "FAIL: EngineCrashed: engine exec:"
+        in lines["generate, $/poll, $/forward, $/token, $/sample, refusals"]
+    )
+    for name in ("$/cancelRequest: the engine goes on serving", "an unknown method is -32601"):
+        assert "FAIL: not run: the connection failed earlier: EngineCrashed: engine exec:" in lines[name], (
+            lines
+        )
+    assert not [x for x in rows if x.endswith(" ok")], rows
+
+
+def test_a_correct_1_engine_passes_with_the_parts_of_1_1_not_applicable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reference speaking only falsify-engine/1: it refuses 1.1 (-32001), the harness falls back; every probe 1
+    carries is ok, the lane and sampler probes say they are not applicable, and every part 1 carries is exercised."""
+    from falsify.engines.wire.client import WireEngine
+    from falsify.engines.wire.conformance import probes, spec_parts, unexercised
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    engine = WireEngine(f"exec:{sys.executable} {LIAR} v1")
+    try:
+        conn = engine.connection()
+        results = probes(engine)
+    finally:
+        engine.close()
+    assert engine.version == "falsify-engine/1"
+    outcomes = {r.name.split(":")[0]: r.outcome for r in results}
+    assert (
+        outcomes.pop("lanes")
+        == "not applicable: the engine speaks falsify-engine/1, which does not carry 'lanes'"
+    )
+    assert outcomes.pop("sample").startswith("not applicable: the engine speaks falsify-engine/1")
+    assert set(outcomes.values()) == {"ok"}, outcomes
+    parts = spec_parts(engine.version)
+    assert "lane_round" not in parts and "error -32013" not in parts and "load_model" in parts
+    assert conn.seen["error -32001"] == 1 and unexercised(conn.seen, parts) == []
+    assert len(spec_parts()) - len(parts) == 9 + 4 + 1 - 1  # 9 lane and 4 sampler messages, -32013; -32001
 
 
 @pytest.mark.parametrize(

@@ -70,3 +70,22 @@ def test_a_lie_fails_the_prediction_it_breaks(
     assert mine, sorted(tests)
     bad = [k for k, v in mine.items() if v["outcome"] == outcome and named in v["message"]]
     assert bad, {k: (v["outcome"], v["message"][:300]) for k, v in mine.items()}
+
+
+def test_a_token_the_harness_sampler_was_not_asked_for_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`unasked`: a generate with sampler "harness" that sends $/token without $/sample is a ProtocolViolation
+    saying the engine never asked, not that the harness's sampler answered None."""
+    from falsify.engines.wire.client import WireEngine
+    from falsify.engines.wire.errors import ProtocolViolation
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    engine = WireEngine(f"exec:{sys.executable} {LIAR} unasked")
+    try:
+        session = engine.session(engine.load_model("f32"))
+        with pytest.raises(ProtocolViolation) as raised:
+            session.generate([1, 2, 3], 2, sampler=lambda logits: 0)
+    finally:
+        engine.close()
+    text = str(raised.value)
+    assert "(token 0) without first asking the harness's sampler ($/sample)" in text, text
+    assert "None" not in text, text

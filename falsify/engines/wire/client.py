@@ -504,8 +504,13 @@ class _Judge:
                 self.violation(
                     f"$/token {token} (token {len(self.tokens)}) with no $/forward reported since the last"
                 )
+        if self.sampler is not None and self.sampled is None:
+            self.violation(
+                f"$/token {token} (token {len(self.tokens)}) without first asking the harness's sampler "
+                '($/sample) [rule: with sampler "harness", each token is the one $/sample answered]'
+            )
         if self.sampler is not None and self.sampled != token:
-            self.violation(f"$/token {token}, but the harness's sampler answered {self.sampled}")
+            self.violation(f"$/token {token}, but the harness's sampler ($/sample) answered {self.sampled}")
         self.sampled = None
         self.tokens.append(token)
         self.unused = 0

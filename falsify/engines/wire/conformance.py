@@ -1,39 +1,58 @@
-"""`falsify engine check --conformance`: exercise every message and error of the wire protocol on an engine.
+"""`falsify engine check --conformance`: exercise every message of the wire protocol, and the errors a harness
+can provoke without breaking the conversation, on an engine.
 
 Each probe drives the engine through the harness's wire client (WireEngine) and checks one rule of
 docs/engine-protocol.md: copy_state independence both ways, the releases, `$/cancelRequest`, a null `chunk_cap`,
-non-empty `starts` and `marks`, each -32010 refusal, -32011, -32013, -32601, the lane host, the sampler, then
-`shutdown` and `exit`. The connection counts what was exercised (Connection.seen); `table()` lists every message
-and error code of the spec with its count, so a part the run left unexercised shows as 0.
+non-empty `starts` and `marks`, each -32010 refusal, -32011, -32013, -32601, a line that is not JSON (-32700),
+params that break their schema (-32602), the lane host, the sampler, then `shutdown` and `exit`. The connection
+counts what was exercised (Connection.seen); `spec_parts(version)` lists the messages the agreed version carries
+and the error codes a run provokes, so a part the run left unexercised shows as 0. A probe that would run after
+the connection failed is a FAIL naming that failure, never ok (§8: nothing passes after it).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from falsify import boundedjson
 from falsify.engines.wire import errors
+from falsify.engines.wire.connection import Connection
 from falsify.engines.wire.messages import (
     ENGINE_NOTIFICATIONS,
     ENGINE_REQUESTS,
     HARNESS_NOTIFICATIONS,
     HARNESS_REQUESTS,
+    PROTOCOL_VERSION,
+    V1_CAPABILITIES,
+    WIRE_CAPABILITIES,
     ErrorCode,
 )
+from falsify.engines.wire.transports import HttpTransport, StdioTransport, TransportError
 
-# The errors an engine sends that a conformance run must provoke (-32700/-32600/-32602/-32603/-32001/-32002 are
-# answers to a harness that breaks the protocol, which this harness never does; -32012 is retired; -32800 is
-# optional).
+# The errors an engine sends that a conformance run provokes. Not provoked: -32600 (a JSON line that is not a
+# message: an engine may take it for a stray reply and send nothing) and -32002 (a request before initialize: the
+# harness initializes first on its one connection); -32603 (an engine bug) and -32800 (optional) cannot be asked
+# for; -32012 is retired. -32001 is counted for an engine that refused 1.1 at initialize.
 PROVOKED = (
+    ErrorCode.PARSE_ERROR,
     ErrorCode.METHOD_NOT_FOUND,
+    ErrorCode.INVALID_PARAMS,
     ErrorCode.INVALID_INPUT,
     ErrorCode.UNKNOWN_HANDLE,
     ErrorCode.LANE_REFUSED,
 )
+# The messages only 1.1 carries (its capabilities `lanes` and `sample`; `load_model` is 1's too) and its error.
+ONLY_1_1 = frozenset(
+    m for c in WIRE_CAPABILITIES if c not in V1_CAPABILITIES for m in WIRE_CAPABILITIES[c]
+) - frozenset(m for c in V1_CAPABILITIES for m in WIRE_CAPABILITIES[c]) | {
+    f"error {int(ErrorCode.LANE_REFUSED)}"
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,13 +88,26 @@ def probes(engine: Any) -> list[Probe]:
     out: list[Probe] = []
 
     def probe(name: str, needs: str, body: Callable[[], None]) -> None:
+        if needs in ("lanes", "sample") and engine.version != PROTOCOL_VERSION:
+            out.append(
+                Probe(
+                    name,
+                    f"not applicable: the engine speaks {engine.version}, which does not carry {needs!r}",
+                )
+            )
+            return
         if needs not in caps:
             out.append(Probe(name, f"skipped: the engine does not offer {needs!r}"))
             return
+        if conn.failure is not None:  # §8: after a connection error nothing passes
+            out.append(Probe(name, f"FAIL: not run: the connection failed earlier: {conn.failure}"))
+            return
         try:
             body()
+            if conn.failure is not None:  # a failure the body did not see (a notification to a dead engine)
+                raise conn.failure
         except (AssertionError, ValueError, RuntimeError, errors.WireError) as exc:
-            out.append(Probe(name, f"FAIL: {exc}"))  # after a WireError every later probe fails with it too
+            out.append(Probe(name, f"FAIL: {exc}"))
         else:
             out.append(Probe(name, "ok"))
 
@@ -133,7 +165,21 @@ def probes(engine: Any) -> list[Probe]:
 
     def cancel_request() -> None:
         conn.notify("$/cancelRequest", {"id": 10**9})  # a request it never had: it must go on serving
-        assert engine.load_model("f32").config.vocab_size == vocab
+        session = engine.session(model)  # a request it must answer (load_model is cached by the client)
+        session.release()
+
+    def malformed() -> None:
+        _not_json(conn)
+        session = engine.session(model)
+        bad = {
+            "session": session.handle,
+            "prompt": "1 2 3",
+            "max_tokens": 1,
+            "stop_tokens": [],
+            "sampler": "greedy",
+        }
+        _error(lambda: conn.request("generate", bad), ErrorCode.INVALID_PARAMS, "a prompt that is a string")
+        session.release()
 
     def unknown_method() -> None:
         _error(lambda: conn.request("no_such_method", {}), ErrorCode.METHOD_NOT_FOUND, "an unknown method")
@@ -175,20 +221,79 @@ def probes(engine: Any) -> list[Probe]:
     probe("prefill: null chunk_cap, marks, starts, kept prefix, refusal", "prefill", prefill)
     probe("$/cancelRequest: the engine goes on serving", "generate", cancel_request)
     probe("an unknown method is -32601", "generate", unknown_method)
+    probe("a line that is not JSON is -32700, params that break the schema -32602", "generate", malformed)
     probe("lanes: submit, round, cancel, resume, leave, status, digest, -32013", "lanes", lanes)
     probe("sample: pick, draw, greedy, refusal", "sample", sample)
     return out
 
 
-def spec_parts() -> list[str]:
-    """Every message of the spec and every error code a conformance run provokes."""
-    return [
+def _not_json(conn: Connection) -> None:
+    """Send a line that is not JSON; the engine answers -32700 with `"id": null` (over HTTP: a 400 carrying it)."""
+    line, transport = b"{not json", conn.transport
+    if isinstance(transport, HttpTransport):
+        post = http.client.HTTPConnection(transport.host, transport.port, timeout=conn.timeout)
+        try:
+            post.request(
+                "POST", transport.path, body=line + b"\n", headers={"Content-Type": "application/json"}
+            )
+            resp = post.getresponse()
+            text = f"{resp.reason} {resp.read(4096).decode('utf-8', 'replace')}"
+        except (OSError, http.client.HTTPException) as exc:
+            raise AssertionError(f"POST of a line that is not JSON: {exc}") from None
+        finally:
+            post.close()
+        assert resp.status == 400 and str(int(ErrorCode.PARSE_ERROR)) in text, (
+            f"a line that is not JSON got HTTP {resp.status} {text[:200]!r}, not 400 carrying -32700"
+        )
+        conn.seen[f"error {int(ErrorCode.PARSE_ERROR)}"] += 1
+        return
+    assert isinstance(transport, StdioTransport)
+    who = f"engine {transport.description}"
+    try:
+        transport.send(line, request_id=None, timeout=conn.timeout)
+    except TransportError as exc:
+        conn.fail(errors.EngineCrashed(f"{who}: {exc} (sending a line that is not JSON)"))
+    reply: Any = {"method": "$/log"}
+    while isinstance(reply, dict) and reply.get("method") == "$/log":  # $/log MAY come any time
+        kind, value = transport.recv(conn.timeout)
+        if kind == "timeout":
+            conn.fail(
+                errors.EngineTimeout(f"{who}: no reply to a line that is not JSON for {conn.timeout:g} s")
+            )
+        if kind != "line":
+            conn.fail(errors.EngineCrashed(f"{who}: {kind} {value} after a line that is not JSON"))
+        try:
+            reply = boundedjson.loads(
+                value, what="the reply to a line that is not JSON", max_bytes=conn.max_line
+            )
+        except boundedjson.JsonFormatError as exc:
+            conn.fail(errors.MalformedMessage(f"{who}: {exc}"))
+    error = reply.get("error") if isinstance(reply, dict) else None
+    if not isinstance(error, dict) or reply.get("id", 0) is not None:
+        conn.fail(
+            errors.ProtocolViolation(
+                f"{who}: a line that is not JSON was answered {value[:120]!r}, not an error with id null"
+            )
+        )
+    conn.seen[f"error {error.get('code')}"] += 1
+    assert error.get("code") == ErrorCode.PARSE_ERROR, (
+        f"a line that is not JSON got error {error.get('code')}, not -32700"
+    )
+
+
+def spec_parts(version: str = PROTOCOL_VERSION) -> list[str]:
+    """Every message the version carries and every error code a conformance run provokes on it."""
+    parts = [
         *HARNESS_REQUESTS,
         *HARNESS_NOTIFICATIONS,
         *ENGINE_REQUESTS,
         *(m for m in ENGINE_NOTIFICATIONS if m != "$/log"),  # $/log: an engine MAY send it
         *(f"error {int(c)}" for c in PROVOKED),
     ]
+    if version == PROTOCOL_VERSION:
+        return parts
+    # a 1 engine: 1.1's messages are not applicable; it refused 1.1 at initialize (-32001)
+    return [p for p in parts if p not in ONLY_1_1] + [f"error {int(ErrorCode.UNSUPPORTED_PROTOCOL_VERSION)}"]
 
 
 def unexercised(seen: dict[str, int], parts: list[str] | None = None) -> list[str]:
