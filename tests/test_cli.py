@@ -357,3 +357,23 @@ def test_lint_refuses_a_mutant_that_matches_its_target_other_than_once() -> None
     ]
     # The unique statement of moved-after-twice and anchor-gone is not reported: only the field that is ambiguous.
     assert "statement: matches 1" not in result.stdout
+
+
+def test_lint_counts_only_existing_predictions_as_listed_by_a_mutant(tmp_path: Path) -> None:
+    """A mutant's `kills:` naming no prediction is a mutant-kills error; the verdict's "N of M predictions listed
+    by one" counts only predictions that exist (it read "2 of 1")."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert falsify("init", cwd=tmp_path).returncode == 0
+    mutant = tmp_path / "mutants" / "example-poll-after-forward.yaml"
+    text = mutant.read_text()
+    assert "kills: [FALSIFY-EXAMPLE-CANCEL-001]" in text
+    mutant.write_text(
+        text.replace(
+            "kills: [FALSIFY-EXAMPLE-CANCEL-001]", "kills: [FALSIFY-EXAMPLE-CANCEL-001, FALSIFY-NOPE-001]"
+        )
+    )
+    result = falsify("lint", cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("kills: FALSIFY-NOPE-001 is not a prediction of any contract [mutant-kills]")
+    assert "1 mutants (1 of 1 predictions listed by one, 0 with unproven_because), 1 error" in lines[-1]

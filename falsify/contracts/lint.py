@@ -39,7 +39,9 @@ def verdict(corpus: Corpus, paths: list[Path]) -> str:
             for p in c.predictions
             if (set(p.mutants) & present if is_pack_file(p.file) else p.mutants)
         }
-        killable |= {pid for m in corpus.mutants for pid in m.kills}
+        # A `kills:` id that names no prediction is its own error (mutant-kills); it is not one of the predictions.
+        known = {p.id for c in corpus.contracts for p in c.predictions}
+        killable |= {pid for m in corpus.mutants for pid in m.kills if pid in known}
         excused = sum(1 for c in corpus.contracts for p in c.predictions if p.unproven_because)
         mutants = (
             f", {len(corpus.mutants)} mutants ({len(killable)} of {predictions} predictions listed by one, "
