@@ -13,6 +13,7 @@ import sys
 import textwrap
 import zlib
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from falsify.evidence import (
     STATEMENTS,
     TEST_RESULT_TYPE,
 )
+from falsify.evidence.statements import PACKAGES, environment
 from falsify.evidence.verify import shape_problems
 
 ENGINE = "tinyengine.engine:TinyEngine"
@@ -524,6 +526,55 @@ def test_evidence_runs_the_gate_and_the_real_mutant_runner(built: Path, copy: Pa
     for name in (STATEMENTS, JUNIT, RESULTS, MUTATION_REPORT, REPORT_MD, REPORT_HTML):
         assert (root / "again" / name).read_bytes() == (root / "full" / name).read_bytes(), name
     assert verify(root, "full", "--require-go")[0] == 0
+
+
+def test_a_reused_control_leaves_the_bundle_byte_identical(tmp_path: Path) -> None:
+    """docs/evidence.md: with SOURCE_DATE_EPOCH set, every byte of the bundle is reproducible. The second run on the
+    same tree (a `falsify init` project) reuses the mutants' stored control (.falsify/control/); the console says
+    so, the raw report keeps where it came from and when it ran, and the bundle is the same bytes as the first."""
+    pytest.importorskip("libcst", reason="the mutant runner needs libcst (extra `mutants`)")
+    root = tmp_path / "proj"
+    root.mkdir()
+    made = run_cli("init", cwd=root)
+    assert made.returncode == 0, made.stdout + made.stderr
+    runs = []
+    for n in (1, 2):  # each bundle outside the tree: one inside would be part of the next run's tree
+        proc = falsify_cli(root, "evidence", "--out", str(tmp_path / f"bundle{n}"))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs.append(proc.stdout)
+    reused = "mutants: control reused from .falsify/control/"
+    assert reused not in runs[0] and reused in runs[1], runs[1]
+    raw = json.loads((root / ".falsify" / "evidence-mutants" / MUTATION_REPORT).read_text(encoding="utf-8"))
+    assert raw["config"]["control"].startswith("reused from .falsify/control/")
+    first, second = (sorted(p.name for p in (tmp_path / f"bundle{n}").iterdir()) for n in (1, 2))
+    assert first == second and MUTATION_REPORT in first and REPORT_MD in first
+    for name in first:
+        assert (tmp_path / "bundle1" / name).read_bytes() == (tmp_path / "bundle2" / name).read_bytes(), name
+    kept = json.loads((tmp_path / "bundle2" / MUTATION_REPORT).read_text(encoding="utf-8"))
+    assert "control" not in kept["config"] and kept["config"]["engine"] == "example_engine:make_engine"
+
+
+def test_the_environment_names_distributions_with_their_installed_versions() -> None:
+    """The environment block looks versions up by distribution name (importlib.metadata): the harness is
+    falsify-harness, whose import name `falsify` is no distribution here, so it once read "falsify not
+    installed" in a bundle falsify-harness had just written."""
+    try:
+        harness = metadata.version("falsify-harness")
+    except metadata.PackageNotFoundError:
+        pytest.skip("falsify-harness is not installed here (a checkout on PYTHONPATH)")
+    packages = environment()["packages"]
+    assert packages["falsify-harness"] == harness
+    by_import = metadata.packages_distributions()
+    for name in PACKAGES:  # an import name that belongs to a distribution of another name is never looked up
+        assert name not in by_import or name in by_import[name], (name, by_import[name])
+    required = {
+        re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower()
+        for r in metadata.requires("falsify-harness") or []
+        if "extra ==" not in r
+    }
+    for name in PACKAGES:
+        if name == "falsify-harness" or name.lower() in required:
+            assert packages[name] == metadata.version(name), name
 
 
 def test_mutants_not_run_is_said_and_is_no_go(copy: Path, verify: Verify) -> None:

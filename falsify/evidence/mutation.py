@@ -19,6 +19,10 @@ from falsify.harness.proven import cannot_show_from_stryker
 
 # Fields that differ between two runs of the same tree; dropped from the bundle's copy of the report.
 _TIMING_KEYS = ("duration", "performance", "testsCompleted", "timestamp", "startedAt", "finishedAt")
+# Config keys that say how one run got its result, not what it ran: `falsify mutants` names there the stored
+# control it reused and when that control ran (config.control, falsify/mutation/semantic/control.py). Whether the
+# control was reused must not change the bundle's bytes; the raw report keeps them.
+_RUN_PROVENANCE = ("control",)
 # Lists that are sets (test ids), filled in the order a runner's workers finish; kept sorted. Mutants and tests
 # are listed by id for the same reason.
 _SETS = ("killedBy", "coveredBy")
@@ -62,7 +66,8 @@ def load_report(path: Path) -> dict[str, Any]:
 
 
 def normalise(report: dict[str, Any], root: Path) -> dict[str, Any]:
-    """The report as the bundle keeps it: same mutant run -> same bytes. Timings dropped, lists in a fixed order,
+    """The report as the bundle keeps it: same mutant run -> same bytes. Timings and the control's provenance
+    (config.control: reused from which stored entry, recorded when) dropped, lists in a fixed order,
     projectRoot '.', paths and object addresses scrubbed, and each statusReason cut to its first line (`falsify
     mutants` puts the predictions that turned red there; the rest is test output, with reprs and times, kept in the
     raw report)."""
@@ -90,6 +95,8 @@ def normalise(report: dict[str, Any], root: Path) -> dict[str, Any]:
         return out
 
     out: dict[str, Any] = scrub(walk(report), root)
+    if isinstance(out.get("config"), dict):
+        out["config"] = {k: v for k, v in out["config"].items() if k not in _RUN_PROVENANCE}
     if "projectRoot" in out:
         out["projectRoot"] = "."
     return out

@@ -46,9 +46,11 @@ from falsify.harness.proven import PredictionProof, proofs
 from falsify.harness.results import PredictionResult, per_prediction, test_counts
 from falsify.project import ProjectError, read_toml, subtable
 
-# Packages whose versions the environment block names: the harness, the engine's numerics, the oracles.
+# Packages whose versions the environment block names: the harness, the engine's numerics, the oracles. These are
+# distribution names, as importlib.metadata looks them up, not import names: the harness imports as `falsify` but
+# is distributed as falsify-harness (pyproject.toml: "falsify" on the index is another project), PyYAML as `yaml`.
 PACKAGES = (
-    "falsify",
+    "falsify-harness",
     "numpy",
     "pytest",
     "hypothesis",
