@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from falsify.contracts.corpus import load_corpus
 from falsify.harness.gate import mutant_proofs, render
 from falsify.harness.proven import (
@@ -13,6 +15,7 @@ from falsify.harness.proven import (
     cannot_show_from_stryker,
     proofs,
     red_from_stryker,
+    report_engine,
     shown_here,
     stale_files,
     summary,
@@ -49,11 +52,16 @@ def project(tmp_path: Path) -> Project:
     return Project(tmp_path, tmp_path / "contracts", tmp_path / "mutants", tmp_path / "tests")
 
 
-def stryker(status: str, reason: str, source: str = SOURCE) -> dict:
+ENGINE = "demo.engine:make_engine"
+
+
+def stryker(status: str, reason: str, source: str = SOURCE, engine: str | None = ENGINE) -> dict:
+    """A `falsify mutants` report of the demo project, made on `engine` (None: a report that records none)."""
     mutant = {"id": "limit-off", "mutatorName": "replace", "status": status, "statusReason": reason}
     return {
         "schemaVersion": "2",
         "files": {"demo/loop.py": {"language": "python", "source": source, "mutants": [mutant]}},
+        **({"config": {"scope": "kills", "engine": engine, "jobs": 1}} if engine is not None else {}),
     }
 
 
@@ -88,7 +96,7 @@ def test_the_gate_reads_a_current_report_and_refuses_a_stale_one(tmp_path: Path,
     report = tmp_path / ".falsify" / "mutants" / "mutation-report.json"
     report.parent.mkdir(parents=True)
     report.write_text(json.dumps(stryker("Killed", "red: FALSIFY-DEMO-001")), encoding="utf-8")
-    proved, source = mutant_proofs(p, corpus, None)
+    proved, source = mutant_proofs(p, corpus, None, ENGINE)
     assert source == f"mutant report {report}"
     rows = [PredictionResult(pid, "demo-v1", Outcome.PASS, ("t",), (), 0.0, 1, "", None) for pid in proved]
     table = render(rows, proved)
@@ -96,9 +104,46 @@ def test_the_gate_reads_a_current_report_and_refuses_a_stale_one(tmp_path: Path,
     assert [line.split()[3] for line in table.splitlines()[2:]] == ["yes", "NO", "no:"]
     (tmp_path / "demo" / "loop.py").write_text(SOURCE.replace("8", "10"), encoding="utf-8")
     assert stale_files(json.loads(report.read_text()), tmp_path) == ["demo/loop.py"]
-    stale, why = mutant_proofs(p, corpus, None)
+    stale, why = mutant_proofs(p, corpus, None, ENGINE)
     assert "stale (demo/loop.py changed since)" in why
     assert stale["FALSIFY-DEMO-001"].status is Proof.NOT_MEASURED
+
+
+@pytest.mark.parametrize(
+    ("made_on", "why"),
+    [
+        (
+            "other.engine:make",
+            "stale: made on engine 'other.engine:make', this run is on engine 'exec:/bin/false'",
+        ),
+        (ENGINE, f"stale: made on engine {ENGINE!r}, this run is on engine 'exec:/bin/false'"),
+        (None, "stale: made on an engine it does not record, this run is on engine 'exec:/bin/false'"),
+    ],
+)
+def test_a_report_made_on_another_engine_proves_nothing_about_this_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made_on: str | None, why: str
+) -> None:
+    """Mutants killed under one engine say nothing of another's falsifiers (the files they mutated may be ones it
+    never imports): after switching the engine, or with a report that records none, PROVEN is not measured."""
+    monkeypatch.chdir(tmp_path)
+    p = project(tmp_path)
+    corpus = load_corpus([p.contracts, p.mutants])
+    path = tmp_path / ".falsify" / "mutants" / "mutation-report.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(stryker("Killed", "red: FALSIFY-DEMO-001", engine=made_on)), encoding="utf-8")
+    assert report_engine(json.loads(path.read_text())) == made_on
+    for report_path in (None, path):  # the default report and one named by --mutants-report
+        proved, source = mutant_proofs(p, corpus, report_path, "exec:/bin/false")
+        assert source.startswith(f"no current mutant run: mutant report {path} is {why};"), source
+        assert {pid: pr.status for pid, pr in proved.items()} == {
+            "FALSIFY-DEMO-001": Proof.NOT_MEASURED,
+            "FALSIFY-DEMO-002": Proof.NOT_MEASURED,
+            "FALSIFY-DEMO-003": Proof.EXCUSED,
+        }
+        assert summary(proved) == "proven not measured (no current mutant run)"
+    # the engine it was made on still reads it, unless it records none
+    proved, source = mutant_proofs(p, corpus, None, ENGINE)
+    assert (proved["FALSIFY-DEMO-001"].status is Proof.PROVEN) is (made_on == ENGINE), source
 
 
 def test_a_prediction_this_machine_cannot_show_is_not_unproven(tmp_path: Path, monkeypatch) -> None:
@@ -134,7 +179,7 @@ def test_a_prediction_this_machine_cannot_show_is_not_unproven(tmp_path: Path, m
     path = tmp_path / ".falsify" / "mutants" / "mutation-report.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(report), encoding="utf-8")
-    from_report = mutant_proofs(p, corpus, None)[0]
+    from_report = mutant_proofs(p, corpus, None, ENGINE)[0]
     assert from_report["FALSIFY-DEMO-001"].status is Proof.CANNOT_SHOW
     # the gate keeps it only where its own run found the prediction unshowable too (same machine and kernel)
     assert shown_here(from_report, {"FALSIFY-DEMO-001"}) == from_report

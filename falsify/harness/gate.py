@@ -31,7 +31,7 @@ from falsify.harness.proven import (
     proofs,
     red_from_stryker,
     shown_here,
-    stale_files,
+    staleness,
     summary,
 )
 from falsify.harness.results import (
@@ -199,9 +199,10 @@ DEFAULT_MUTANTS_REPORT = Path(".falsify/mutants/mutation-report.json")
 
 
 def mutant_proofs(
-    project: Project, corpus: Corpus, report_path: Path | None
+    project: Project, corpus: Corpus, report_path: Path | None, engine: str
 ) -> tuple[dict[str, PredictionProof], str]:
-    """Per-prediction proof from a mutant run's report, and where it came from (or why there is none)."""
+    """Per-prediction proof from a mutant run's report on `engine`, and where it came from (or why there is
+    none): a report made on another engine, or whose mutated files changed since, is stale and measures nothing."""
     path = report_path or project.root / DEFAULT_MUTANTS_REPORT
     if not path.is_file():
         if report_path is not None:
@@ -213,9 +214,12 @@ def mutant_proofs(
         raise FalsifyError(f"not a readable mutation report: {exc}") from None
     if not isinstance(report, dict) or not isinstance(report.get("files"), dict):
         raise FalsifyError(f"{path}: not a Stryker mutation-testing report (needs files)")
-    stale = stale_files(report, project.root)
+    stale = staleness(report, project.root, engine)
     if stale:
-        return proofs(corpus, None), f"mutant report {path} is stale ({', '.join(stale)} changed since)"
+        return proofs(corpus, None), (
+            f"no current mutant run: mutant report {path} is {stale}; `falsify mutants` on this engine and tree "
+            "measures it"
+        )
     return proofs(corpus, red_from_stryker(report), cannot_show_from_stryker(report)), f"mutant report {path}"
 
 
@@ -330,7 +334,7 @@ def _gate(
     rows = per_prediction(corpus, results)
     if ran.timed_out:
         rows = [_timed_out(r, whole) if r.outcome is Outcome.NOT_RUN else r for r in rows]
-    proved, proof_source = mutant_proofs(project, corpus, mutants_report)
+    proved, proof_source = mutant_proofs(project, corpus, mutants_report, engine)
     proved = shown_here(proved, {r.id for r in rows if r.cannot_show})
     print()
     print(render(rows, proved))

@@ -13,7 +13,8 @@ from the run itself or from its Stryker report, whose statusReason `falsify muta
     CANNOT SHOW   unproven because this machine cannot show it false: its falsifier's sensitivity control said so
                   (falsify.cannot_show) and its mutants were reported CANNOT SHOW, not run (FALSIFY-DET-001 where
                   BLAS gives the same bytes under any thread count);
-    NOT MEASURED  no mutant run to judge by (or its report is stale: the mutated files changed since).
+    NOT MEASURED  no mutant run to judge by, or its report is stale: made on another engine (or on an engine it
+                  does not record), or the mutated files changed since.
 """
 
 from __future__ import annotations
@@ -165,3 +166,25 @@ def stale_files(report: Mapping[str, Any], root: Path) -> list[str]:
         if not isinstance(source, str) or not path.is_file() or path.read_text(encoding="utf-8") != source:
             changed.append(name)
     return changed
+
+
+def report_engine(report: Mapping[str, Any]) -> str | None:
+    """The engine spec a `falsify mutants` report was made on (its config.engine); None when it records none."""
+    config = report.get("config")
+    engine = config.get("engine") if isinstance(config, Mapping) else None
+    return engine if isinstance(engine, str) and engine else None
+
+
+def staleness(report: Mapping[str, Any], root: Path, engine: str) -> str | None:
+    """Why a mutant report proves nothing about a run on `engine` in the tree at `root`, or None when it is
+    current. A mutant killed under one engine says nothing of another's falsifiers (its mutated files may be
+    ones the other never imports), so the report must have been made on the same engine spec; and its mutated
+    files must be unchanged."""
+    made_on = report_engine(report)
+    if made_on != engine:
+        made = "an engine it does not record" if made_on is None else f"engine {made_on!r}"
+        return f"stale: made on {made}, this run is on engine {engine!r}"
+    changed = stale_files(report, root)
+    if changed:
+        return f"stale ({', '.join(changed)} changed since)"
+    return None
