@@ -4,9 +4,11 @@ mutant it plants is a bug the gate would catch."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
+import yaml
 from gate_cli import run_cli
 
 ENV = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -68,3 +70,27 @@ def test_init_keeps_existing_files_and_refuses_a_configured_project(tmp_path: Pa
     again = falsify(tmp_path, "init")
     assert again.returncode == 2
     assert "already has [tool.falsify]: nothing written" in again.stderr
+
+
+def test_the_ci_steps_init_writes_leave_the_checkout_clean(tmp_path: Path) -> None:
+    """The workflow's falsify steps write only what init's .gitignore ignores: a CI job (or a developer running the
+    same steps) sees no untracked file afterwards, its JUnit XML included."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], cwd=root, check=True)
+    assert falsify(root, "init").returncode == 0
+    subprocess.run([*git, "add", "."], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "falsify init"], cwd=root, check=True)
+    workflow = yaml.safe_load((root / ".github" / "workflows" / "falsify.yml").read_text())
+    (job,) = workflow["jobs"].values()
+    steps = [shlex.split(s["run"]) for s in job["steps"] if s.get("run", "").startswith("falsify ")]
+    assert [s[1] for s in steps] == ["lint", "gate", "mutants"]
+    for step in steps:
+        done = falsify(root, *step[1:])
+        assert done.returncode == 0, f"{step}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    status = subprocess.run(
+        [*git, "status", "--porcelain"], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert status.stdout == "", "untracked after the CI steps:\n" + status.stdout
+    assert (root / ".falsify" / "junit-falsify.xml").is_file()
