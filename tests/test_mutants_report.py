@@ -161,3 +161,37 @@ def test_a_mutant_this_machine_cannot_show_is_counted_apart_and_passes(tmp_path:
     assert entry["status"] == "Ignored"
     assert entry["statusReason"].splitlines()[0] == "cannot be shown on this machine: P-009"
     assert report.cannot_show(run) == {"P-009"}
+
+
+def test_the_bundles_copy_of_a_report_carries_no_time_and_no_control_provenance(tmp_path: Path) -> None:
+    """Two runs of the same tree: the first runs the control, the second reuses the stored one and its timed-out
+    mutant ran a little longer. The raw reports say so; an evidence bundle's copies are the same bytes."""
+    from dataclasses import replace
+
+    from falsify.evidence.digests import canonical
+    from falsify.evidence.mutation import normalise
+
+    (tmp_path / "again").mkdir()
+    fresh, reused = _run(tmp_path), _run(tmp_path / "again")
+    assert reused.control is not None
+    reused.control = replace(
+        reused.control, reused=".falsify/control/0123abcd.json", recorded="2026-12-03T05:25:33Z"
+    )
+    for run, seconds in ((fresh, 61.3), (reused, 64.8)):
+        run.results = [
+            replace(r, seconds=seconds, detail=f"the falsifiers ran past {seconds:.0f} s")
+            if r.outcome is MutantOutcome.TIMEOUT
+            else r
+            for r in run.results
+        ]
+    raw = [report.to_stryker(run) for run in (fresh, reused)]
+    assert raw[1]["config"]["control"].startswith("reused from .falsify/control/0123abcd.json")
+    hangs = [
+        next(m for m in r["files"]["pkg/mod.py"]["mutants"] if m["id"] == "hangs")["statusReason"]
+        for r in raw
+    ]
+    assert hangs == ["timed out\nthe falsifiers ran past 61 s", "timed out\nthe falsifiers ran past 65 s"]
+    kept = [
+        canonical(normalise(r, root)) for r, root in zip(raw, (tmp_path, tmp_path / "again"), strict=True)
+    ]
+    assert kept[0] == kept[1]

@@ -190,6 +190,10 @@ def to_stryker(run: Run) -> dict[str, Any]:
                 + (f"; listed but green: {', '.join(r.missed)}" if r.missed else "")
                 + f"\n{r.detail}"
             )
+        elif r.outcome is MutantOutcome.TIMEOUT:
+            # How long it ran depends on the machine and on the control's time (the default timeout is 5x it):
+            # below the first line, which an evidence bundle keeps (falsify/evidence/mutation.py, normalise).
+            reason = f"timed out\n{r.detail}"
         tests.update(r.tests)
         files[m.file][1].append(
             stryker.mutant(
