@@ -6,12 +6,16 @@ Subcommands live in their own modules; each offers `add_parser(subparsers)` and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import os
+import select
 import signal
+import stat
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from falsify import __version__
@@ -406,7 +410,92 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _is_pipe(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:  # closed
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _same_file(a: int, b: int) -> bool:
+    try:
+        sa, sb = os.fstat(a), os.fstat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _relay(read_end: int, real: int, done: threading.Event, gone: threading.Event) -> None:
+    """Copy what arrives on `read_end` to `real` until `done` is set and nothing is left; once a write to `real`
+    fails (its reader has gone: EPIPE), keep draining and drop the rest."""
+    while True:
+        ready, _, _ = select.select([read_end], [], [], 0.1)
+        if not ready:
+            if done.is_set():
+                break
+            continue
+        chunk = os.read(read_end, 1 << 16)
+        if not chunk:
+            break
+        view = memoryview(chunk)
+        while view and not gone.is_set():
+            try:
+                view = view[os.write(real, view) :]
+            except OSError:
+                gone.set()
+    os.close(read_end)
+
+
+@contextlib.contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """`falsify gate | head -1`: the reader of a piped stdout may leave early. The command still does all its work
+    (its children are not stopped by EPIPE, gate.json is written) and exits with its own code, with no
+    BrokenPipeError traceback, here or at interpreter shutdown.
+
+    fd 1 becomes a pipe of our own, inherited by every child, that a thread copies to the real stdout and drains
+    into nothing once the reader has gone; fd 2 too when it is the same pipe (2>&1), so the two keep their order.
+    """
+    if os.name != "posix" or threading.current_thread() is not threading.main_thread() or not _is_pipe(1):
+        yield
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    fds = (1, 2) if _same_file(1, 2) else (1,)
+    real = {fd: os.dup(fd) for fd in fds}  # not inheritable: children only ever hold our pipe
+    read_end, write_end = os.pipe()
+    for fd in fds:
+        os.dup2(write_end, fd)
+    os.close(write_end)
+    done, gone = threading.Event(), threading.Event()
+    relay = threading.Thread(
+        target=_relay, args=(read_end, real[1], done, gone), name="stdout-relay", daemon=True
+    )
+    relay.start()
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        done.set()
+        relay.join()
+        # The reader gone, the final flush at interpreter shutdown must not meet the closed pipe (it would print
+        # "Exception ignored ... BrokenPipeError"): what is left goes to /dev/null, as Python's docs advise.
+        devnull = os.open(os.devnull, os.O_WRONLY) if gone.is_set() else None
+        for fd in fds:
+            os.dup2(real[fd] if devnull is None else devnull, fd)
+            os.close(real[fd])
+        if devnull is not None:
+            os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with reader_may_leave():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:2] == ["evidence", "diff"]:  # `falsify evidence diff OLD NEW` is `falsify diff OLD NEW`
         argv = ["diff", *argv[2:]]

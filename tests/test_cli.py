@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -377,3 +378,43 @@ def test_lint_counts_only_existing_predictions_as_listed_by_a_mutant(tmp_path: P
     lines = result.stdout.splitlines()
     assert lines[0].endswith("kills: FALSIFY-NOPE-001 is not a prediction of any contract [mutant-kills]")
     assert "1 mutants (1 of 1 predictions listed by one, 0 with unproven_because), 1 error" in lines[-1]
+
+
+def read_then_close(args: list[str], cwd: Path, lines: int) -> tuple[int, str]:
+    """`falsify ARGS | head -LINES`: a real pipe whose reader reads LINES lines and leaves; the exit code and
+    stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "falsify.cli", *args],
+        cwd=cwd,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    for _ in range(lines):
+        assert proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    return proc.wait(timeout=600), stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "lines"),
+    [(["packs"], 0), (["--help"], 0), (["lint"], 0), (["gate"], 1)],
+    ids=["packs", "help", "lint", "gate"],
+)
+def test_a_reader_that_leaves_early_stops_neither_the_work_nor_the_exit_code(
+    tmp_path: Path, args: list[str], lines: int
+) -> None:
+    """`falsify gate | head -1` in a fresh `falsify init` project: the gate still runs its falsifiers and writes
+    gate.json, exits with its verdict's code (0: PASS), and prints no BrokenPipeError, neither from a print nor
+    at interpreter shutdown."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert falsify("init", cwd=tmp_path).returncode == 0
+    code, stderr = read_then_close(args, tmp_path, lines)
+    assert code == 0, stderr
+    assert "Traceback" not in stderr and "Exception" not in stderr and "BrokenPipe" not in stderr, stderr
+    if args == ["gate"]:
+        gate = json.loads((tmp_path / ".falsify" / "gate" / "gate.json").read_text())
+        assert [row["outcome"] for row in gate["predictions"]] == ["PASS"]
