@@ -134,3 +134,14 @@ def test_the_gate_prints_no_wire_line_for_an_engine_that_is_not_a_wire_engine() 
     assert wire_coverage_line({"wire_coverage": {"exercised": 3, "of": 3, "unexercised": []}}) == (
         "gate: wire protocol: 3 of 3 messages and errors exercised; none unexercised"
     )
+
+
+def test_a_correct_1_engine_passes_the_command_with_the_parts_1_carries() -> None:
+    """`falsify engine check --conformance` on an engine that refuses 1.1 (-32001) and speaks 1 correctly: exit 0,
+    counted over the 26 parts version 1 carries (no lane or sampler message, no -32013; its -32001 counted)."""
+    proc = check(f"exec:{sys.executable} {LIAR} v1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.endswith("8 of 8 probes ok; 26 of 26 messages and errors exercised"), last
+    counted = {line.split()[0] for line in proc.stdout.splitlines() if line.startswith(("lane_", "sample_"))}
+    assert not counted, counted
