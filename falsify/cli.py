@@ -139,8 +139,14 @@ def engine_spec(args: argparse.Namespace, project: Project, *, probe: bool = Fal
         os.environ["FALSIFY_ENGINE_MODEL"] = args.engine_model
     if not spec.startswith("openai+exec:"):  # that one starts its server: only the run itself does
         check_engine(spec, project.import_roots)
-    if probe:
-        probe_wire(spec)  # a wire engine that cannot start: one line and exit 2, before any test runs
+    if probe:  # a wire engine that cannot start: one line and exit 2, before any test runs
+        from falsify.harness.gate import terminate_as_exit
+
+        restore = terminate_as_exit()  # SIGTERM mid-probe: the probe's engine is stopped, not left running
+        try:
+            probe_wire(spec)
+        finally:
+            restore()
     return spec
 
 
@@ -217,7 +223,8 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
         "--mutants-report",
         type=Path,
         help="mutation-report.json of a `falsify mutants` run, for the PROVEN column (default: "
-        ".falsify/mutants/mutation-report.json when present and its mutated files are unchanged)",
+        ".falsify/mutants/mutation-report.json when present, made on this run's engine, and its mutated files are "
+        "unchanged)",
     )
     p.add_argument(
         "--test-timeout",
@@ -273,8 +280,8 @@ def add_engine(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--conformance",
         action="store_true",
-        help="a wire engine (exec:/http:): exercise every message and error of docs/engine-protocol.md and print "
-        "a table of messages x times exercised",
+        help="a wire engine (exec:/http:): send every message of the version it speaks and provoke the errors "
+        "docs/engine-protocol.md §9 lists, then print a table of messages and errors x times exercised",
     )
     _engine_args(p)
 
@@ -337,7 +344,7 @@ def _conformance(engine: object, spec: str) -> int:
     results = probes(engine)
     engine.close()  # shutdown, then exit: exercised too
     print(table(["probe", "outcome"], [[r.name, r.outcome] for r in results]))
-    parts = spec_parts()
+    parts = spec_parts(engine.version)  # a falsify-engine/1 engine is not asked for what only 1.1 carries
     print(table(["message or error", "exercised"], [[p, str(conn.seen.get(p, 0))] for p in parts]))
     failed = [r for r in results if r.outcome.startswith("FAIL")]
     missing = unexercised(conn.seen, parts)

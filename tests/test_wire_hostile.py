@@ -232,12 +232,20 @@ def test_a_signal_to_the_gate_ends_pytest_and_the_engine(tmp_path: Path, sig: si
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+    def started() -> list[tuple[int, int]]:  # (engine, its parent) for each engine started so far
+        text = pids.read_text() if pids.exists() else ""
+        lines = [line.split() for line in text.splitlines(keepends=True) if line.endswith("\n")]
+        return [(int(a), int(b)) for a, b in lines]
+
     try:
         deadline = time.monotonic() + 25
-        while not (pids.exists() and pids.read_text().endswith("\n")) and time.monotonic() < deadline:
+        # the gate's probe starts the engine once (its parent is the gate), then pytest starts the run's
+        while not [p for p in started() if p[1] != gate.pid] and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert pids.exists(), "the engine never started"
-        engine_pid, pytest_pid = map(int, pids.read_text().split())
+        runs = [p for p in started() if p[1] != gate.pid]
+        assert runs, f"the run's engine never started: {started()}"
+        engine_pid, pytest_pid = runs[0]
         time.sleep(1.0)  # the engine is at generate, hanging
         gate.send_signal(sig)
         code = gate.wait(15)
@@ -248,10 +256,50 @@ def test_a_signal_to_the_gate_ends_pytest_and_the_engine(tmp_path: Path, sig: si
             time.sleep(0.1)
         assert not _alive(pytest_pid), "pytest outlived the gate"
         assert not _alive(engine_pid), "the engine outlived the gate"
+        assert not [e for e, _ in started() if _alive(e)], f"an engine outlived the gate: {started()}"
     finally:
         if gate.poll() is None:
             os.killpg(gate.pid, signal.SIGKILL)
             gate.wait()
         for pid in map(int, pids.read_text().split() if pids.exists() else ()):  # a regression leaks nothing
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_during_the_gates_probe_stops_the_probed_engine(tmp_path: Path, sig: signal.Signals) -> None:
+    """`falsify gate` starts a wire engine once before the run (docs/engine-protocol.md §8); a stubborn engine
+    answers `initialize`, then ignores `shutdown`, so the probe waits on it: a signal then ends the gate and the
+    engine it started, which ignores SIGTERM and SIGINT itself."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    pids = tmp_path / "pids"
+    engine = f"exec:{sys.executable} {root / 'tests' / 'fixtures' / 'wire' / 'stubborn_engine.py'} {pids}"
+    env = {**os.environ, "PYTHONPATH": str(root), "FALSIFY_WIRE_TIMEOUT": "600"}
+    argv = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", str(tmp_path / "out")]
+    gate = subprocess.Popen(
+        argv, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 25
+        while not (pids.exists() and pids.read_text().endswith("\n")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        probed, parent = map(int, pids.read_text().split()[:2])
+        assert parent == gate.pid, "the first engine is the probe's, started by the gate itself"
+        gate.send_signal(sig)
+        code = gate.wait(15)
+        assert code in (-sig, 128 + sig, 130 if sig == signal.SIGINT else 143), code
+        for _ in range(50):
+            if not _alive(probed):
+                break
+            time.sleep(0.1)
+        assert not _alive(probed), "the probed engine outlived the gate"
+    finally:
+        if gate.poll() is None:
+            os.killpg(gate.pid, signal.SIGKILL)
+            gate.wait()
+        for pid in map(int, pids.read_text().split()[0::2] if pids.exists() else ()):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)

@@ -107,7 +107,7 @@ def run_pytest_timed(
     env[ENGINE_GROUPS] = groups
     proc = subprocess.Popen(cmd, cwd=project.root, stdout=out, stderr=out, env=env, start_new_session=True)
     timed_out = False
-    restore = _terminate_as_exit()
+    restore = terminate_as_exit()
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -148,7 +148,7 @@ def _end_engine_groups(path: str) -> None:
         os.unlink(path)
 
 
-def _terminate_as_exit() -> Callable[[], None]:
+def terminate_as_exit() -> Callable[[], None]:
     """While pytest runs, SIGTERM raises SystemExit(143) in the gate (its default would end the gate at once and
     leave pytest and the engines running). Returns the function that restores the previous handler."""
     if threading.current_thread() is not threading.main_thread():
@@ -254,6 +254,10 @@ def gate(
         return _gate(project, corpus, engine, out, pytest_args, per_test, whole, packs, mutants_report)
 
 
+def _binding_problems(results_path: Path) -> bool:
+    return results_path.is_file() and bool(load_results(results_path).get("binding_problems"))
+
+
 LOCK = ".lock"
 pytest_usage_error = 4  # pytest.ExitCode.USAGE_ERROR, without importing pytest into the gate's process
 OUTPUTS = ("results.json", "junit.xml", "gate.json")
@@ -317,9 +321,10 @@ def _gate(
         packs=packs,
     )
     code = ran.code
-    if code == pytest_usage_error and not ran.timed_out:
-        # pytest refused its arguments, or the plugin refused the run (an engine that cannot start, contracts
-        # that do not lint): a usage error, said above on one line, and nothing was judged
+    if code == pytest_usage_error and not ran.timed_out and not _binding_problems(results_path):
+        # pytest refused its arguments, or the plugin refused the run (an engine that cannot start): a usage
+        # error, said above, and nothing was judged. Binding problems are a usage error to pytest too, but a
+        # failed gate (exit 1), reported below.
         print("gate: ERROR — pytest stopped at a usage error (above); nothing was judged")
         return EXIT_EMPTY
     if not results_path.is_file() and not ran.timed_out:
