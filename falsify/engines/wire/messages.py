@@ -97,7 +97,14 @@ def _schema(name: str) -> jsonschema.protocols.Validator | None:
     schema = json.loads(ref.read_text(encoding="utf-8"))
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema)
+    # JSON Schema's "integer" takes 3.0 too; the protocol's integers have no fraction and no exponent (§1.1), and
+    # a float that reached a position or an id would be a TypeError deep in the harness, not a named schema break
+    strict = cls.TYPE_CHECKER.redefine("integer", _json_integer)
+    return jsonschema.validators.extend(cls, type_checker=strict)(schema)
+
+
+def _json_integer(_: object, instance: object) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
 
 
 def schema_problem(method: str, part: str, value: Any) -> str | None:
