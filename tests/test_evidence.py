@@ -1034,3 +1034,21 @@ def test_an_engines_matrix_is_kept_shown_and_verified(copy: Path, verify: Verify
     bad.write_text(json.dumps({"engines": "x"}), encoding="utf-8")
     proc = falsify_cli(root, *evidence_args("bad-matrix"), "--matrix", str(bad))
     assert proc.returncode == 2 and "matrix: `engines` must be a list" in proc.stderr, proc.stderr
+
+
+def test_a_list_that_grew_or_shrank_names_the_first_item_that_differs() -> None:
+    """verify's difference between a recorded and a re-derived list of another length (a source file added since
+    the bundle was made): the first item that differs, by its name, not two long lists cut where they look alike."""
+    from falsify.evidence.verify import json_diff
+
+    old = [
+        {"name": "a.py", "digest": {"sha256": "52ab2" * 12}},
+        {"name": "c.py", "digest": {"sha256": "7" * 64}},
+    ]
+    new = [old[0], {"name": "b.py", "digest": {"sha256": "9" * 64}}, old[1]]
+    assert json_diff({"subject": old}, {"subject": new}) == [
+        'subject: recorded 2 items, re-derived 3; first difference at [1]: recorded name "c.py", re-derived name "b.py"'
+    ]
+    assert json_diff([1, 2], [1, 2, 3]) == [
+        ": recorded 2 items, re-derived 3; first difference at [2]: recorded nothing, re-derived 3"
+    ]

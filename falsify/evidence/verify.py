@@ -455,11 +455,31 @@ def json_diff(a: Any, b: Any, path: str = "") -> list[str]:
             else:
                 out += json_diff(a[k], b[k], sub)
         return out
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in json_diff(x, y, f"{path}[{i}]")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) == len(b):
+            return [
+                d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in json_diff(x, y, f"{path}[{i}]")
+            ]
+        # another length: name the first item that differs (an added or a dropped file, say), not two long lists
+        # that print alike up to where they are cut
+        i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        at_a = _item(a[i]) if i < len(a) else "nothing"
+        at_b = _item(b[i]) if i < len(b) else "nothing"
+        return [
+            f"{path}: recorded {len(a)} items, re-derived {len(b)}; first difference at [{i}]: recorded {at_a}, re-derived {at_b}"
+        ]
     if a != b:
         return [f"{path}: recorded {_short(a)}, re-derived {_short(b)}"]
     return []
+
+
+def _item(value: Any) -> str:
+    """A list item by its name when it has one (a subject, a file), else its JSON, shortened."""
+    if isinstance(value, dict):
+        for key in ("name", "uri", "path", "id"):
+            if isinstance(value.get(key), str):
+                return f"{key} {_short(value[key])}"
+    return _short(value)
 
 
 def _short(value: Any, limit: int = 80) -> str:
