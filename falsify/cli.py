@@ -15,6 +15,7 @@ import signal
 import stat
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -433,10 +434,20 @@ def _same_file(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+RELAY_DRAIN = 5.0  # seconds the relay may go on copying after the command ended
+
+
 def _relay(read_end: int, real: int, done: threading.Event, gone: threading.Event) -> None:
     """Copy what arrives on `read_end` to `real` until `done` is set and nothing is left; once a write to `real`
-    fails (its reader has gone: EPIPE), keep draining and drop the rest."""
+    fails (its reader has gone: EPIPE), keep draining and drop the rest. A process that outlived the command and
+    still writes (one that left the command's process group) holds the relay at most RELAY_DRAIN seconds after
+    `done`: the command's exit never waits on it."""
+    deadline = None
     while True:
+        if done.is_set() and deadline is None:
+            deadline = time.monotonic() + RELAY_DRAIN
+        if deadline is not None and time.monotonic() > deadline:
+            break
         ready, _, _ = select.select([read_end], [], [], 0.1)
         if not ready:
             if done.is_set():

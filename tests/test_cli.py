@@ -418,3 +418,39 @@ def test_a_reader_that_leaves_early_stops_neither_the_work_nor_the_exit_code(
     if args == ["gate"]:
         gate = json.loads((tmp_path / ".falsify" / "gate" / "gate.json").read_text())
         assert [row["outcome"] for row in gate["predictions"]] == ["PASS"]
+
+
+def test_the_stdout_relay_never_waits_on_a_process_that_outlived_the_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """falsify.cli's relay (a piped stdout whose reader may leave) stops copying RELAY_DRAIN seconds after the
+    command ended even while something it started still writes: the exit never hangs on a straggler."""
+    import contextlib
+    import threading
+    import time
+
+    from falsify import cli
+
+    monkeypatch.setattr(cli, "RELAY_DRAIN", 0.3)
+    read_end, write_end = os.pipe()
+    sink = os.open(os.devnull, os.O_WRONLY)
+    stop = threading.Event()
+
+    def straggler() -> None:
+        with contextlib.suppress(OSError):  # EPIPE once the relay has let go of the read end
+            while not stop.is_set():
+                os.write(write_end, b"x" * 4096)
+
+    writer = threading.Thread(target=straggler, daemon=True)
+    writer.start()
+    done, gone = threading.Event(), threading.Event()
+    done.set()
+    started = time.monotonic()
+    relay = threading.Thread(target=cli._relay, args=(read_end, sink, done, gone), daemon=True)
+    relay.start()
+    relay.join(5)
+    stop.set()
+    assert not relay.is_alive(), "the relay went on copying a straggler's output"
+    assert time.monotonic() - started < 3
+    os.close(write_end)
+    os.close(sink)
