@@ -1,16 +1,22 @@
-"""`falsify mutmut`: operator-level mutants (mutmut 3) over reference/, in a scratch copy, with a kill-rate floor
-and a reviewed baseline of survivors that may only shrink.
+"""`falsify mutmut`: operator-level mutants (mutmut 3) over [tool.falsify.mutmut] paths, in a scratch copy.
 
-mutmut works in ./mutants/, the directory our semantic mutants live in, so it never runs in the working tree:
-the project is copied to a scratch directory, our mutants/ moved aside (into mutmut's directory, where the
-copied pyproject.toml finds it), and mutmut configured there through setup.cfg. mutmut exits 0 with survivors,
-so the verdict comes from its per-file .meta results. A survivor is a mutant that survived, or that no selected
-test covers. The run fails when the kill rate of the non-equivalent mutants is below `kill_rate_floor`, or when
-a survivor is not in the baseline file: its [[equivalent]] entries (each with the reviewer's reason) leave the
-kill rate's denominator, its [[survivor]] entries are the survivors known so far. An entry matches a mutant of
-the same function with the same original and mutated line (mutmut renumbers a function's mutants when it
-changes, and lines move). Every survivor is
-listed by file:line with the original and mutated line.
+The files mutated are [tool.falsify.mutmut] paths, by default the .py files of [tool.falsify] sources (the
+engine's). The run has a kill-rate floor and a reviewed baseline of survivors that may only shrink.
+
+mutmut works in ./mutants/, the directory our semantic mutants live in, so it never runs in the working tree: the
+project is copied to a scratch directory, our mutants/ moved aside (into mutmut's directory, where the copied
+pyproject.toml finds it), the rest of the project copied into mutmut's directory beside the mutated sources (so the
+tests run as in the project: a root conftest.py, pytest.ini, data), and mutmut configured there through setup.cfg.
+Each pytest run mutmut makes loads engine_probe.py: an engine that cannot load (under a mutant, or mutmut's
+forced-failure check) fails the run, where the falsify plugin would stop pytest with a usage error, which mutmut
+cannot run past. When pytest cannot run the tests at all, falsify shows pytest's own output (mutmut run again with
+debug = true). mutmut exits 0 with survivors, so the verdict comes from its per-file .meta results. A survivor is a
+mutant that survived, or that no selected test covers. The run fails when the kill rate of the non-equivalent
+mutants is below `kill_rate_floor`, or when a survivor is not in the baseline file: its [[equivalent]] entries (each
+with the reviewer's reason) leave the kill rate's denominator, its [[survivor]] entries are the survivors known so
+far. An entry matches a mutant of the same function with the same original and mutated line (mutmut renumbers a
+function's mutants when it changes, and lines move). Every survivor is listed by file:line with the original and
+mutated line.
 
 Configuration, [tool.falsify.mutmut] in pyproject.toml (all optional):
     kill_rate_floor = 90.0    # percent of the non-equivalent mutants that must be killed (or time out)

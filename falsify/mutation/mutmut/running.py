@@ -91,25 +91,34 @@ def function_patterns(root: Path, changed: dict[str, set[int] | None]) -> list[s
 # -- running mutmut in a scratch copy ---------------------------------------------------------------------------
 
 
+# Loaded into every pytest run mutmut makes: an engine that cannot load (under a mutant, or mutmut's forced
+# failure) is a failed run there, not a usage error (engine_probe.py).
+PROBE_PLUGIN = "falsify.mutation.mutmut.engine_probe"
+
+
 def prepare(tree: Path, project: Project, config: MutmutConfig, files: list[str]) -> None:
-    """Make the scratch copy a mutmut project whose ./mutants/ is free for mutmut."""
-    ours = str(project.mutants.relative_to(project.root))
-    copy_also = [str(project.contracts.relative_to(project.root))]
-    if ours == "mutants":
-        if (tree / "mutants").exists():
-            # mutmut runs pytest in ./mutants/ on the copied pyproject.toml: our mutants are found there again.
-            aside = tree / ".falsify-mutants-aside"
-            (tree / "mutants").rename(aside)
-            (tree / "mutants").mkdir()
-            aside.rename(tree / "mutants" / "mutants")
-    elif (tree / ours).exists():
-        copy_also.append(ours)
+    """Make the scratch copy a mutmut project whose ./mutants/ is free for mutmut, and in which the tests run as
+    they do in the project."""
+    if (tree / "mutants").exists():
+        # mutmut runs pytest in ./mutants/ on the copied pyproject.toml: what was there is found there again.
+        aside = tree / ".falsify-mutants-aside"
+        (tree / "mutants").rename(aside)
+        (tree / "mutants").mkdir()
+        aside.rename(tree / "mutants" / "mutants")
+    sources = sorted({Path(f).parts[0] for f in files})
+    # mutmut copies into ./mutants/ only the source paths (which it mutates), tests/, test/ and a few config
+    # files; the rest of the project goes too: a root conftest.py, pytest.ini, a tests directory of another
+    # name, the contracts, the data the tests read.
+    copy_also = sorted(
+        p.name
+        for p in tree.iterdir()
+        if p.name not in {"mutants", "setup.cfg", *sources} and not p.name.startswith(".falsify-")
+    )
     pyproject = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))
     if "mutmut" in pyproject.get("tool", {}):
         raise MutmutError(
             "pyproject.toml has a [tool.mutmut] table; configure mutmut in [tool.falsify.mutmut]"
         )
-    sources = sorted({Path(f).parts[0] for f in files})
     lines = [
         "[mutmut]",
         "source_paths =",
@@ -123,7 +132,7 @@ def prepare(tree: Path, project: Project, config: MutmutConfig, files: list[str]
         f"timeout_multiplier = {config.timeout_multiplier}",
         f"timeout_constant = {config.timeout_constant}",
         "pytest_add_cli_args =",
-        *(f"    {a}" for a in ("-p", "no:cacheprovider", *config.pytest_args)),
+        *(f"    {a}" for a in ("-p", "no:cacheprovider", "-p", PROBE_PLUGIN, *config.pytest_args)),
         "",
     ]
     setup_cfg = tree / "setup.cfg"
@@ -351,7 +360,7 @@ def run_mutmut(
                     "timeout); narrow paths or tests"
                 )
             if finished.returncode != 0:
-                raise MutmutError(f"mutmut exited {finished.returncode}:\n{_clean_tail(log)}")
+                raise MutmutError(failure(tree, scratch, args, finished.returncode, log, config.timeout))
         mutants = read_results(tree, run.files, run.patterns)
         if not mutants:
             raise MutmutError(f"mutmut reported no mutant:\n{_clean_tail(log)}")
@@ -425,6 +434,44 @@ def _report_progress(
         )
         detail = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()) if s != "not checked")
         progress(f"mutmut: {time.perf_counter() - start:.0f} s: {phase}" + (f" ({detail})" if detail else ""))
+
+
+# mutmut's steps before any mutant runs, by the title its spinner prints for each.
+PHASES = {
+    "Generating mutants": "generating its mutants",
+    "Running stats": "its stats run (which tests reach which function)",
+    "Running clean tests": "its clean run of the tests",
+    "Running forced fail test": "its forced-failure check (every mutated function raises; some test must fail)",
+}
+
+
+def failure(tree: Path, scratch: Scratch, args: list[str], returncode: int, log: str, timeout: float) -> str:
+    """Why `mutmut ARGS` exited `returncode` in `tree`: the step it was in, and pytest's own output when pytest
+    could not run the tests (exit 4), which mutmut shows only with debug = true, so it is run again so."""
+    phase = max(PHASES, key=log.rfind) if any(t in log for t in PHASES) else None
+    head = f"mutmut exited {returncode}" + (f" in {PHASES[phase]}" if phase else "")
+    if "BadTestExecutionCommandsException" in log:
+        said = _pytest_output_in_debug(tree, scratch, args, timeout)
+        if said:
+            return (
+                f"{head}: pytest could not run the tests (exit 4, a usage error) in mutmut's copy of the project "
+                f"(mutants/, the sources mutated). pytest said:\n{said}"
+            )
+    return f"{head}:\n{_clean_tail(log)}"
+
+
+def _pytest_output_in_debug(tree: Path, scratch: Scratch, args: list[str], timeout: float) -> str:
+    """The last pytest run's command and output in `mutmut ARGS` run again in `tree` with debug = true."""
+    with (tree / "setup.cfg").open("a", encoding="utf-8") as f:
+        f.write("debug = true\n")  # the [mutmut] section prepare() wrote is the file's last
+    again = scratch.run(mutmut_command(*args), cwd=tree, env=_env(), timeout=timeout)
+    lines = [line for line in re.split(r"[\r\n]+", again.output) if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.strip().startswith("python -m pytest ")]
+    if not starts:
+        return ""
+    run = lines[starts[-1] :]
+    end = next((i for i, line in enumerate(run) if re.match(r"\s*exit code -?\d+$", line)), len(run) - 1)
+    return "\n".join(f"  {line.strip()}" for line in run[: end + 1][-40:])
 
 
 def _clean_tail(log: str, n: int = 20) -> str:
