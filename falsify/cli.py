@@ -448,9 +448,12 @@ def _relay(read_end: int, real: int, done: threading.Event, gone: threading.Even
             deadline = time.monotonic() + RELAY_DRAIN
         if deadline is not None and time.monotonic() > deadline:
             break
+        seen_done = done.is_set()
         ready, _, _ = select.select([read_end], [], [], 0.1)
         if not ready:
-            if done.is_set():
+            # `done` is set only after the command's last flush, so nothing it wrote can be left once the pipe was
+            # empty *after* `done` was seen: a select that timed out just before that flush would lose it
+            if seen_done:
                 break
             continue
         chunk = os.read(read_end, 1 << 16)
