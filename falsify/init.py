@@ -86,10 +86,15 @@ def run(args: argparse.Namespace) -> int:
         if os.path.lexists(ignore)
         else []
     )
-    if ".falsify/" not in lines and "/.falsify/" not in lines:
-        data = ("\n".join([*lines, ".falsify/"]) + "\n").encode("utf-8")
+    # .falsify/: the gate's and the mutants' outputs; __pycache__/: what the CI steps' Python leaves beside the
+    # example engine and tests (a fresh repository has no .gitignore that says so)
+    missing = [
+        entry for entry in (".falsify/", "__pycache__/") if entry not in lines and f"/{entry}" not in lines
+    ]
+    if missing:
+        data = ("\n".join([*lines, *missing]) + "\n").encode("utf-8")
         safefile.replace(ignore, data, what=".gitignore", root=root)
-        written.append(".gitignore (.falsify/: gate and mutant outputs)")
+        written.append(f".gitignore ({', '.join(missing)}: gate and mutant outputs, compiled Python)")
     if (root / DIRECTORY / SUMS).is_file():
         kept.append(f"{DIRECTORY}/ (already there; `falsify wrapper` replaces it)")
     else:
