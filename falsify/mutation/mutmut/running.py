@@ -470,7 +470,11 @@ def _pytest_output_in_debug(tree: Path, scratch: Scratch, args: list[str], timeo
     if not starts:
         return ""
     run = lines[starts[-1] :]
-    end = next((i for i, line in enumerate(run) if re.match(r"\s*exit code -?\d+$", line)), len(run) - 1)
+    # pytest's output ends at mutmut's "exit code N" (a spinner frame may share its line, under load), before
+    # mutmut's own traceback at the latest
+    ends = [i for i, line in enumerate(run) if re.match(r"\s*exit code -?\d+", line)]
+    ends += [i - 1 for i, line in enumerate(run) if line.lstrip().startswith("Traceback")]
+    end = min(ends, default=len(run) - 1)
     return "\n".join(f"  {line.strip()}" for line in run[: end + 1][-40:])
 
 
