@@ -36,10 +36,12 @@ def available() -> list[str]:
 
 
 def pack_dir(name: str) -> Path:
-    path = root() / name
-    if not (path / "pack.toml").is_file():
-        raise PackError(f"unknown pack {name!r}: installed packs are {', '.join(available()) or 'none'}")
-    return path
+    # A pack is named, never a path: `--pack /elsewhere` or `--pack ../..` would load and run falsifiers from
+    # outside the project, so only a name `falsify packs` lists resolves.
+    installed = available()
+    if name not in installed:
+        raise PackError(f"unknown pack {name!r}: installed packs are {', '.join(installed) or 'none'}")
+    return root() / name
 
 
 def contracts_dir(name: str) -> Path:
