@@ -77,6 +77,41 @@ def test_ghost():
     result.stderr.fnmatch_lines(["*test_ghost: marker names 'FALSIFY-DEMO-999', which no contract*"])
 
 
+@pytest.mark.parametrize(
+    ("marker", "expected"),
+    [
+        (
+            'falsifies(["FALSIFY-DEMO-001"])',
+            "*test_odd: falsifies() takes prediction ids as strings*got ?'FALSIFY-DEMO-001'? (list)",
+        ),
+        ("falsifies(123)", "*test_odd: falsifies() takes prediction ids as strings*got 123 (int)"),
+        (
+            'falsifies("FALSIFY-DEMO-001", require=["generate"])',
+            "*test_odd: falsifies() has no keyword 'require'*",
+        ),
+        (
+            'falsifies("FALSIFY-DEMO-001", requires="generate")',
+            "*test_odd: falsifies(requires=...) takes a list*",
+        ),
+        (
+            'falsifies("FALSIFY-DEMO-001", requires=["no-such-capability"])',
+            "*test_odd: falsifies(requires=...) names unknown capability 'no-such-capability'*",
+        ),
+    ],
+    ids=["list", "int", "other-keyword", "requires-string", "unknown-capability"],
+)
+def test_a_marker_falsify_cannot_read_is_a_binding_problem(
+    project: pytest.Pytester, marker: str, expected: str
+) -> None:
+    project.makepyfile(
+        test_demo=BOTH_BOUND.format(forwards=7) + f"\n@pytest.mark.{marker}\ndef test_odd():\n    pass\n"
+    )
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*1 binding problem*", expected])
+    assert "Traceback" not in result.stderr.str() and "INTERNALERROR" not in result.stdout.str()
+
+
 def test_bound_test_that_never_checks_is_a_failure(project: pytest.Pytester) -> None:
     project.makepyfile(
         test_demo=BOTH_BOUND.format(forwards=7).replace(
