@@ -72,9 +72,12 @@ def render(corpus: Corpus, paths: list[Path], fmt: str) -> str:
         return json.dumps(_sarif(problems), indent=2)
     if fmt == "github":
         lines = [
-            f"::error file={p.file},line={p.line},title={p.rule}::{_gh_escape(_text(p))}" for p in problems
+            f"::error file={_gh_property(p.file)},line={p.line},title={_gh_property(p.rule)}"
+            f"::{_gh_escape(_text(p))}"
+            for p in problems
         ]
-        return "\n".join([*lines, verdict(corpus, paths)])
+        # The verdict is no command, but a path in it must not start one on a line of its own either.
+        return "\n".join([*lines, _gh_escape(verdict(corpus, paths))])
     return "\n".join([*(str(p) for p in problems), verdict(corpus, paths)])
 
 
@@ -86,8 +89,15 @@ def _as_dict(p: Problem) -> dict[str, object]:
     return {"file": p.file, "line": p.line, "path": p.path, "message": p.message, "rule": p.rule}
 
 
+# A workflow command is one line, `::error key=value,...::data`: a newline in a file name would end it and start a
+# command of the file's choosing, and `:` or `,` in a property would forge another key. Escaped as the runner
+# unescapes them (actions/toolkit, packages/core/src/command.ts: escapeData, escapeProperty).
 def _gh_escape(text: str) -> str:
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_property(text: str) -> str:
+    return _gh_escape(text).replace(":", "%3A").replace(",", "%2C")
 
 
 def _sarif(problems: list[Problem]) -> dict[str, object]:
