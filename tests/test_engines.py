@@ -8,6 +8,7 @@ FALSIFY-SERVE-CANCEL-002 (decode_forwards == emitted - 1).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,56 @@ def test_unknown_engine_is_a_clear_error() -> None:
         load_engine("nope")
     with pytest.raises(EngineError, match="has no 'Missing'"):
         load_engine("falsify.engines.adapters.broken:Missing")
+
+
+@pytest.mark.parametrize(
+    ("spec", "source", "message"),
+    [
+        (":x", None, r"engine ':x': expected module:factory"),
+        (".x:y", None, r"engine '\.x:y': expected module:factory"),
+        ("x:", None, r"engine 'x:': expected module:factory"),
+        (
+            'exec:"python3',
+            None,
+            r"engine 'exec:\"python3': exec: cannot split the command .*No closing quotation",
+        ),
+        ("exec:", None, r"engine 'exec:': exec: needs a command"),
+        ("badeng:make", "def (:\n", r"importing badeng raised SyntaxError: .*badeng\.py, line 1"),
+        ("badeng:make", "import sys\nsys.exit(5)\n", r"importing badeng raised SystemExit\(5\)"),
+        (
+            "badeng:make",
+            "import sys\ndef make():\n    sys.exit(7)\n",
+            r"badeng:make\(\) raised SystemExit\(7\)",
+        ),
+        (
+            "badeng:make",
+            "def make():\n    raise KeyboardInterrupt\n",
+            r"badeng:make\(\) raised KeyboardInterrupt",
+        ),
+    ],
+    ids=[
+        "no-module",
+        "relative",
+        "no-factory",
+        "unbalanced-quote",
+        "no-command",
+        "syntax",
+        "exit-on-import",
+        "exit-in-factory",
+        "interrupt-in-factory",
+    ],
+)
+def test_an_engine_spec_that_cannot_load_is_one_line_naming_the_spec_and_the_cause(
+    tmp_path: Path, spec: str, source: str | None, message: str
+) -> None:
+    if source is not None:
+        (tmp_path / "badeng.py").write_text(source)
+    try:
+        with pytest.raises(EngineError, match=message) as raised:
+            load_engine(spec, (tmp_path,))
+    finally:
+        sys.modules.pop("badeng", None)  # a module that imported is cached: the next case writes its own
+    assert "\n" not in str(raised.value)
 
 
 def test_gate_fails_on_the_broken_engine_naming_the_emitted_minus_one_prediction(tmp_path: Path) -> None:

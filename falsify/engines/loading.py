@@ -113,7 +113,13 @@ def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
             raise EngineError(str(exc)) from None
     if is_wire(spec):
         from falsify.engines.wire.client import WireEngine
+        from falsify.engines.wire.transports import TransportError, split_command
 
+        if spec.startswith("exec:"):
+            try:  # a command that cannot be split is the spec's error, before any run tries to start it
+                split_command(spec[len("exec:") :])
+            except TransportError as exc:
+                raise EngineError(f"engine {spec!r}: {exc}") from None
         return WireEngine(spec)
     name, colon, argument = spec.partition(":")
     arguments: tuple[str, ...] = ()
@@ -127,14 +133,24 @@ def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
             "http://HOST:PORT, openai+http://127.0.0.1:PORT or openai+exec:CMD"
         )
     module_name, _, attr = target.partition(":")
+    if not module_name or module_name.startswith(".") or not attr:
+        raise EngineError(
+            f"engine {spec!r}: expected module:factory, an absolute module name and the name of a factory in it "
+            "(e.g. my_engine:make)"
+        )
     with importable(roots):
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             hint = install_hint(exc.name or "")
             raise EngineError(
-                f"engine {spec!r}: cannot import {module_name}: {exc}" + (f" ({hint})" if hint else "")
+                f"engine {spec!r}: cannot import {module_name}: {_raised(exc, name=False)}"
+                + (f" ({hint})" if hint else "")
             ) from None
+        # The engine's own module: a SyntaxError, or a sys.exit() or Ctrl-C while it imports, is one line and
+        # falsify's exit 2, never a traceback or the engine's exit code.
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            raise EngineError(f"engine {spec!r}: importing {module_name} raised {_raised(exc)}") from None
         factory = getattr(module, attr, None)
         if factory is None:
             raise EngineError(f"engine {spec!r}: {module_name} has no {attr!r}")
@@ -144,9 +160,9 @@ def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
             )
         try:
             engine = factory(*arguments)
-        except Exception as exc:  # the engine's own code: one line, not a traceback
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the engine's own code: one line
             called = f"{target}({', '.join(map(repr, arguments))})"
-            raise EngineError(f"engine {spec!r}: {called} raised {type(exc).__name__}: {exc}") from None
+            raise EngineError(f"engine {spec!r}: {called} raised {_raised(exc)}") from None
     for needed in ("name", "supports"):
         if not hasattr(engine, needed):
             raise EngineError(
@@ -163,16 +179,26 @@ class Conformance:
     lacking: tuple[str, ...]  # methods a supported capability needs and the engine lacks
 
 
+def _raised(exc: BaseException, *, name: bool = True) -> str:
+    """An exception from the engine's code on one line: `SystemExit(7)`, `SyntaxError: invalid syntax (x.py,
+    line 1)`."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"
+    text = " ".join(str(exc).split())
+    if not name:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def conformance(engine: Any) -> list[Conformance]:
     """One row per capability: does the engine claim it, and does it have the methods the claim needs."""
     rows = []
     for capability in CAPABILITIES:
         try:
             reason = engine.supports(capability)
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
             raise EngineError(
-                f"engine {getattr(engine, 'name', '?')!r}: supports({capability!r}) raised "
-                f"{type(exc).__name__}: {exc}"
+                f"engine {getattr(engine, 'name', '?')!r}: supports({capability!r}) raised {_raised(exc)}"
             ) from None
         supported = reason is None
         lacking = (

@@ -50,6 +50,20 @@ def _record_group(pgid: int) -> None:
             os.close(fd)
 
 
+def split_command(command: str) -> list[str]:
+    """`exec:CMD ARGS`'s command split as a POSIX shell splits it (shlex). A command that cannot be split (an
+    unbalanced quote, a NUL byte) or is empty is a TransportError saying so, not shlex's or Popen's ValueError."""
+    if "\0" in command:
+        raise TransportError("exec: the command holds a NUL byte, which no program's arguments can carry")
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+        raise TransportError(f"exec: cannot split the command as a shell would: {exc}") from None
+    if not argv:
+        raise TransportError('exec: needs a command, e.g. exec:"python -m reference.serve"')
+    return argv
+
+
 class StdioTransport:
     """`exec:CMD ARGS`: the engine is a child process; requests go to its stdin, its stdout is read as lines.
 
@@ -60,9 +74,7 @@ class StdioTransport:
     """
 
     def __init__(self, command: str, max_line: int) -> None:
-        argv = shlex.split(command)
-        if not argv:
-            raise TransportError('exec: needs a command, e.g. exec:"python -m reference.serve"')
+        argv = split_command(command)
         self.description = f"exec:{command}"
         self.max_line = max_line
         try:
