@@ -80,7 +80,12 @@ def test_config_values_are_read(tmp_path: Path) -> None:
         ("survivor_budget = 7\n", "survivor_budget is gone: set kill_rate_floor"),
         ("baseline = 3\n", "baseline must be a path relative to the project root"),
         ("paths = []\n", "paths must be a non-empty list of paths"),
-        ("timeout = 0\n", "timeout must be a number of seconds > 0"),
+        ("timeout = 0\n", "timeout must be between 0.01 and 604800 seconds, not 0"),
+        ("timeout = nan\n", "timeout must be a finite number of seconds, not nan"),
+        ("timeout = 1e300\n", "timeout must be between 0.01 and 604800 seconds"),
+        ("kill_rate_floor = nan\n", "kill_rate_floor must be a percentage in [0, 100]"),
+        ("timeout_multiplier = inf\n", "timeout_multiplier must be a number in [1, 1000]"),
+        ("timeout_constant = nan\n", "timeout_constant must be in [0, 604800] seconds"),
         ("budget = 3\n", "unknown key(s) budget"),
         ('pytest_args = "-x"\n', "pytest_args must be a list of strings"),
     ],
@@ -173,6 +178,33 @@ def test_since_selects_the_changed_functions_only(tmp_path: Path) -> None:
     ]
     with pytest.raises(MutmutError, match="no-such-ref"):
         changed_lines(tmp_path, "no-such-ref", ["reference/m.py"])
+
+
+@pytest.mark.parametrize(
+    ("appended", "message"),
+    [
+        (b"\ndef broken(:\n", "reference/m.py:4: --since cannot find the changed functions: invalid syntax"),
+        (b"\n# caf\xe9\n", "reference/m.py: --since cannot find the changed functions: not UTF-8 (byte 0xe9"),
+        (b"\nx = 1\x00\n", "reference/m.py:4: --since cannot find the changed functions: a NUL byte"),
+        (
+            b"\nx = " + b"-" * 200_000 + b"1\n",
+            "reference/m.py: --since cannot find the changed functions: it nests",
+        ),
+    ],
+    ids=["syntax-error", "not-utf8", "nul-byte", "nested"],
+)
+def test_since_names_a_changed_source_it_cannot_parse(tmp_path: Path, appended: bytes, message: str) -> None:
+    pkg = tmp_path / "reference"
+    pkg.mkdir()
+    (pkg / "m.py").write_bytes(b"def a():\n    return 1\n")
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "base"]):
+        subprocess.run([*GIT, *cmd], cwd=tmp_path, check=True, capture_output=True)
+    (pkg / "m.py").write_bytes((pkg / "m.py").read_bytes() + appended)
+    changed = changed_lines(tmp_path, "HEAD", ["reference/m.py"])
+    assert changed["reference/m.py"]  # a NUL byte does not make git call the file binary, with no hunks
+    with pytest.raises(MutmutError) as info:
+        function_patterns(tmp_path, changed)
+    assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def _run(floor: float, statuses: list[str], baseline: Baseline | None = None) -> MutmutRun:

@@ -34,7 +34,16 @@ from falsify.project import Project
 
 
 def _git(root: Path, *args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    # surrogateescape: a diff of a source that is not UTF-8 is read to its hunk headers, and the file is then named
+    # by parse_source, not by a UnicodeDecodeError from here.
+    proc = subprocess.run(
+        ["git", *args],
+        cwd=root,
+        capture_output=True,
+        encoding="utf-8",
+        errors="surrogateescape",
+        check=False,
+    )
     if proc.returncode != 0:
         raise MutmutError(f"git {' '.join(args)}: {proc.stderr.strip() or 'failed'}")
     return proc.stdout
@@ -47,7 +56,9 @@ def changed_lines(root: Path, ref: str, files: list[str]) -> dict[str, set[int] 
     for line in _git(root, "ls-files", "--others", "--exclude-standard", "--", *files).splitlines():
         out[line] = None
     current: str | None = None
-    for line in _git(root, "diff", "-U0", "--no-color", ref, "--", *files).splitlines():
+    # --text: a source with a NUL byte is still diffed by line (git would call it binary, with no hunks, and the
+    # run would say nothing changed); parsing it then names the byte (parse_source).
+    for line in _git(root, "diff", "-U0", "--no-color", "--text", ref, "--", *files).splitlines():
         if line.startswith("+++ "):
             current = line[6:] if line.startswith("+++ b/") else None
         elif line.startswith("--- /dev/null") and current is None:
@@ -62,6 +73,29 @@ def changed_lines(root: Path, ref: str, files: list[str]) -> dict[str, set[int] 
     return out
 
 
+def parse_source(path: Path, file: str) -> ast.Module:
+    """A changed source file's syntax tree, or a MutmutError naming the file and why it has none: --since cannot
+    tell which functions changed in a file Python cannot parse (and mutmut could not mutate it either)."""
+    where = f"{file}: --since cannot find the changed functions"
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MutmutError(
+            f"{where}: not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+        ) from None
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise MutmutError(f"{file}:{line}: --since cannot find the changed functions: a NUL byte") from None
+    try:
+        return ast.parse(text, filename=file)
+    except SyntaxError as exc:
+        raise MutmutError(
+            f"{file}:{exc.lineno}: --since cannot find the changed functions: {exc.msg}"
+        ) from None
+    except (RecursionError, MemoryError):  # the parser's own limits: nesting deeper than CPython's stack
+        raise MutmutError(f"{where}: it nests too deeply for Python's parser") from None
+
+
 def function_patterns(root: Path, changed: dict[str, set[int] | None]) -> list[str]:
     """mutmut mutant-name patterns for every function or method whose lines changed."""
     patterns = []
@@ -70,7 +104,7 @@ def function_patterns(root: Path, changed: dict[str, set[int] | None]) -> list[s
         if not path.is_file():
             continue
         module = ".".join(Path(file).with_suffix("").parts).removesuffix(".__init__")
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = parse_source(path, file)
         for node in tree.body:
             defs: list[tuple[str, ast.AST]] = []
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
