@@ -8,6 +8,7 @@ and the two errors.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import io
@@ -210,9 +211,28 @@ def only_match(found: list[Found], module: cst.Module, text: str, what: str, fun
     return hits[0]
 
 
-def parse_statements(source: str, what: str) -> list[cst.BaseStatement]:
+@functools.lru_cache(maxsize=32)
+def python_parse_error(source: str) -> str | None:
+    """Why CPython's own parser refuses `source`; None when it parses. libcst's native parser has no depth bound:
+    3,000 nested parentheses crash the whole process (SIGSEGV), so no source reaches libcst before `ast` accepted
+    it. CPython bounds nesting itself (`too many nested parentheses`, its recursion limit)."""
     try:
-        return list(cst.parse_module(textwrap.dedent(source).strip() + "\n").body)
+        ast.parse(source)
+    except SyntaxError as exc:
+        return f"line {exc.lineno}: {exc.msg}"
+    except RecursionError:
+        return "nested too deeply for Python's parser"
+    except (ValueError, MemoryError) as exc:  # null bytes (3.11), a source too large to parse
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def parse_statements(source: str, what: str) -> list[cst.BaseStatement]:
+    code = textwrap.dedent(source).strip() + "\n"
+    if (error := python_parse_error(code)) is not None:
+        raise MutantSpecError(f"{what} does not parse: {error}")
+    try:
+        return list(cst.parse_module(code).body)
     except cst.ParserSyntaxError as exc:
         raise MutantSpecError(f"{what} does not parse: {str(exc).splitlines()[0]}") from None
 
@@ -226,6 +246,8 @@ def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
 def function_statements(source: str, function: str, path: str) -> tuple[cst.Module, list[Found]]:
     """The parsed module and every statement of `function` in it, at any depth, with its span; StaleMutant when the
     source does not parse or has no such function."""
+    if (error := python_parse_error(source)) is not None:
+        raise StaleMutant(f"{path} does not parse: {error}")
     try:
         module, positions = _parsed(source)
     except cst.ParserSyntaxError as exc:
