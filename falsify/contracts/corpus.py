@@ -149,7 +149,10 @@ def discover(paths: Iterable[Path]) -> tuple[list[Path], list[Problem]]:
     found: list[Path] = []
     problems: list[Problem] = []
     for path in paths:
-        if path.is_dir():
+        if path.is_symlink() and path.is_dir():
+            # The top too (`contracts` a link out of the project), as every directory below it in _walk.
+            problems.append(Problem(_display(path), 0, "", "symlinked directory: not followed", "io"))
+        elif path.is_dir():
             found.extend(_walk(path, problems))
         elif os.path.lexists(path):
             found.append(path)
