@@ -22,7 +22,7 @@ from pathlib import Path
 from falsify import __version__
 from falsify.errors import FalsifyError
 from falsify.project import Project, find_project
-from falsify.subcommand import add_subcommand
+from falsify.subcommand import add_subcommand, seconds
 
 # name -> module; modules are imported only when their command runs, so one broken part cannot break the rest.
 COMMANDS = {
@@ -229,13 +229,13 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--test-timeout",
-        type=float,
+        type=seconds(zero_is_none=True),
         help="seconds per falsifier before it is stopped and reported TIMEOUT, 0 for none "
         "(default: [tool.falsify.gate] test_timeout, else 900)",
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=seconds(zero_is_none=True),
         help="seconds for the whole run; predictions not finished by then are TIMEOUT, 0 for none "
         "(default: [tool.falsify.gate] timeout, else 5400)",
     )

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import tomllib
 from importlib import resources
 from pathlib import Path
 
 from falsify import safefile
-from falsify.project import ProjectError, find_project_or_none
+from falsify.project import ProjectError, read_toml, subtable
 from falsify.subcommand import add_subcommand
 from falsify.wrapper import DIRECTORY, SUMS, WrapperError, pin
 
@@ -53,11 +54,31 @@ def run(args: argparse.Namespace) -> int:
     if not root.is_dir():
         raise ProjectError(f"{root} is not a directory")
     pyproject = root / "pyproject.toml"
-    if os.path.lexists(pyproject):  # read through the file layer first: a FIFO or link is named, never read
-        safefile.read_bytes(pyproject, limit=MAX_READ, what="pyproject.toml", root=root)
-    existing = find_project_or_none(root) if pyproject.is_file() else None
-    if existing is not None and existing.root == root:
-        raise ProjectError(f"{pyproject} already has [tool.falsify]: nothing written")
+    table = template("falsify.toml.tmpl")
+    # everything read and checked before anything is written: a pyproject.toml that is not TOML, or that
+    # [tool.falsify] cannot be appended to as valid TOML, or an unreadable .gitignore is refused with nothing written
+    text: str | None = None
+    if os.path.lexists(pyproject):  # read through the file layer: a FIFO or link is named, never read
+        text = safefile.read_text(pyproject, limit=MAX_READ, what="pyproject.toml", root=root)
+        if subtable(read_toml(pyproject), pyproject, "tool", "falsify") is not None:
+            raise ProjectError(f"{pyproject} already has [tool.falsify]: nothing written")
+        addition = ("\n" if text and not text.endswith("\n") else "") + "\n" + table
+        if "[tool.pytest.ini_options]" not in text:
+            addition += PYTEST_TABLE
+        text += addition
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ProjectError(
+                f"{pyproject}: [tool.falsify] cannot be appended as valid TOML ({exc}); add it by hand: "
+                "nothing written"
+            ) from None
+    ignore = root / ".gitignore"
+    lines = (
+        safefile.read_text(ignore, limit=MAX_READ, what=".gitignore", root=root).splitlines()
+        if os.path.lexists(ignore)
+        else []
+    )
     written, kept = [], []
     for name, target in FILES.items():
         path = root / target
@@ -69,23 +90,12 @@ def run(args: argparse.Namespace) -> int:
         safefile.make_dirs(path.parent, root=root)
         safefile.create(path, template(name).encode("utf-8"), what=target, root=root)
         written.append(target)
-    table = template("falsify.toml.tmpl")
-    if os.path.lexists(pyproject):
-        text = safefile.read_text(pyproject, limit=MAX_READ, what="pyproject.toml", root=root)
-        addition = ("\n" if text and not text.endswith("\n") else "") + "\n" + table
-        if "[tool.pytest.ini_options]" not in text:
-            addition += PYTEST_TABLE
-        safefile.replace(pyproject, (text + addition).encode("utf-8"), what="pyproject.toml", root=root)
+    if text is not None:
+        safefile.replace(pyproject, text.encode("utf-8"), what="pyproject.toml", root=root)
         written.append("pyproject.toml ([tool.falsify] appended)")
     else:
         safefile.create(pyproject, (table + PYTEST_TABLE).encode("utf-8"), what="pyproject.toml", root=root)
         written.append("pyproject.toml")
-    ignore = root / ".gitignore"
-    lines = (
-        safefile.read_text(ignore, limit=MAX_READ, what=".gitignore", root=root).splitlines()
-        if os.path.lexists(ignore)
-        else []
-    )
     # .falsify/: the gate's and the mutants' outputs; __pycache__/: what the CI steps' Python leaves beside the
     # example engine and tests (a fresh repository has no .gitignore that says so)
     missing = [

@@ -41,6 +41,7 @@ KEYS = (
     "weights_dirs",
     "copy_exclude",
 )
+SUBTABLES = ("gate", "mutmut")  # [tool.falsify.<name>], each checked by the command that reads it
 LIST_KEYS = frozenset({"packs", "sources", "weights", "weights_dirs", "copy_exclude"})
 PATH_KEYS = frozenset({"contracts", "tests", "mutants", "sources", "weights"})  # inside the project, always
 MAX_PYPROJECT = 4 * 2**20  # bytes
@@ -83,6 +84,13 @@ def find_project(start: Path | None = None) -> Project:
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         pyproject = candidate / "pyproject.toml"
+        if os.path.lexists(pyproject) and not pyproject.is_file():
+            # the nearest pyproject.toml is the project's even when it cannot be read: skipping it would run a
+            # parent checkout's project instead
+            raise ProjectError(
+                f"{pyproject} is {_file_kind(pyproject)}, not a regular file: the project's "
+                "configuration must be a pyproject.toml file"
+            )
         if pyproject.is_file():
             table = _table(pyproject)
             if table is None:
@@ -148,17 +156,24 @@ def _table(pyproject: Path) -> dict[str, Any] | None:
 def _project(root: Path, table: dict[str, Any]) -> Project:
     where = root / "pyproject.toml"
     for key, value in table.items():
-        if isinstance(value, dict):  # a sub-table: [tool.falsify.mutmut] and the like, read by their command
+        if key in SUBTABLES:  # read by their command ([tool.falsify.mutmut], [tool.falsify.gate])
+            if not isinstance(value, dict):
+                raise ProjectError(f"{where}: [tool.falsify] {key} must be a table ([tool.falsify.{key}])")
             continue
         if key not in KEYS:
             raise ProjectError(
-                f"{where}: [tool.falsify] has an unknown key {key!r} (allowed: {', '.join(KEYS)})"
+                f"{where}: [tool.falsify] has an unknown key {key!r} "
+                f"(allowed: {', '.join(KEYS)}; tables: {', '.join(SUBTABLES)})"
             )
         if key in LIST_KEYS:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ProjectError(f"{where}: [tool.falsify] {key} must be a list of strings, got {value!r}")
+                raise ProjectError(
+                    f"{where}: [tool.falsify] {key} must be a list of strings, got {_kind(value)} {value!r}"
+                )
         elif not isinstance(value, str) or not value:
-            raise ProjectError(f"{where}: [tool.falsify] {key} must be a non-empty string, got {value!r}")
+            raise ProjectError(
+                f"{where}: [tool.falsify] {key} must be a non-empty string, got {_kind(value)} {value!r}"
+            )
         if key in PATH_KEYS:
             for item in value if isinstance(value, list) else [value]:
                 problem = glob_problem(item)
@@ -178,6 +193,32 @@ def _project(root: Path, table: dict[str, Any]) -> Project:
         tuple(table.get("copy_exclude", ())),
         tuple(table.get("weights_dirs", ())),
     )
+
+
+def _file_kind(path: Path) -> str:
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        return "a dangling symlink" if not path.exists() else "a symlink"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    return "a special file"
+
+
+def _kind(value: object) -> str:
+    """The TOML type of a parsed value, as the error names it."""
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return f"a {type(value).__name__}"  # dates and times
 
 
 def glob_problem(pattern: str) -> str | None:

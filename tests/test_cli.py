@@ -59,6 +59,65 @@ def test_lint_empty_directory_exits_2(tmp_path: Path) -> None:
     assert "no contract found" in result.stdout and "never a pass" in result.stdout
 
 
+def test_lint_with_mutants_but_no_contract_is_an_empty_corpus(tmp_path: Path) -> None:
+    """Mutants alone check nothing: no contract is exit 2 with the empty-corpus line, as with no file at all."""
+    from falsify.contracts.lint import EXIT_EMPTY, lint, verdict
+
+    mutant = sorted((Path(__file__).resolve().parents[1] / "mutants").glob("*.yaml"))[0]
+    (tmp_path / mutant.name).write_bytes(mutant.read_bytes())
+    corpus, code = lint([tmp_path])
+    assert (len(corpus.mutants), corpus.contracts, corpus.problems, code) == (1, [], [], EXIT_EMPTY)
+    assert verdict(corpus, [tmp_path]) == (
+        f"lint: no contract found in {tmp_path} (1 mutant, no prediction for them to kill) "
+        "(an empty corpus is never a pass)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["gate", "--timeout", "nan"], "argument --timeout: must be a finite number of seconds, not nan"),
+        (
+            ["gate", "--test-timeout", "inf"],
+            "argument --test-timeout: must be a finite number of seconds, not inf",
+        ),
+        (
+            ["gate", "--test-timeout", "-1"],
+            "argument --test-timeout: must be 0 (no limit) or between 0.01 and",
+        ),
+        (["gate", "--test-timeout", "1e-300"], "argument --test-timeout: must be 0 (no limit) or between"),
+        (["gate", "--timeout", "1e300"], "argument --timeout: must be 0 (no limit) or between"),
+        (
+            ["mutants", "--timeout", "-1"],
+            "argument --timeout: must be between 0.01 and 604800 seconds, not -1.0",
+        ),
+        (
+            ["mutants", "--timeout", "0"],
+            "argument --timeout: must be between 0.01 and 604800 seconds, not 0.0",
+        ),
+        (["mutants", "-j", "-1"], "argument -j/--jobs: must be between 0 (one per core) and 1024, not -1"),
+        (
+            ["campaign", "--seeds", "100000000"],
+            "argument --seeds: must be between 1 and 10000, not 100000000",
+        ),
+        (["campaign", "--seeds", "0"], "argument --seeds: must be between 1 and 10000, not 0"),
+        (["campaign", "--timeout", "nan"], "argument --timeout: must be a finite number of seconds, not nan"),
+        (["campaign", "-j", "99999"], "argument -j/--jobs: must be between 0 (one per core) and 1024"),
+        (["mutmut", "--timeout", "nan"], "argument --timeout: must be a finite number of seconds, not nan"),
+        (["mutmut", "-j", "-3"], "argument -j/--jobs: must be between 0 (one per core) and 1024, not -3"),
+    ],
+)
+def test_number_options_are_finite_and_in_range(tmp_path: Path, args: list[str], message: str) -> None:
+    """Checked as the arguments are parsed, before any project is looked for: `nan` slipped past `< 0` checks,
+    `inf` overflowed a wait, and --seeds 100000000 built its shard list until memory ran out."""
+    result = falsify(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert_no_traceback(result)
+    assert result.stderr.strip().splitlines()[-1].startswith(f"falsify {args[0]}: error: {message}"), (
+        result.stderr
+    )
+
+
 def test_lint_missing_path_exits_1_naming_it(tmp_path: Path) -> None:
     result = falsify("lint", str(tmp_path / "nope"))
     assert result.returncode == 1

@@ -94,3 +94,30 @@ def test_the_ci_steps_init_writes_leave_the_checkout_clean(tmp_path: Path) -> No
     )
     assert status.stdout == "", "untracked after the CI steps:\n" + status.stdout
     assert (root / ".falsify" / "junit-falsify.xml").is_file()
+
+
+def test_init_refuses_a_pyproject_it_cannot_extend_and_writes_nothing(tmp_path: Path) -> None:
+    """Not TOML, `tool` not a table, or a `tool` inline table that [tool.falsify] cannot be added to: each is exit 2
+    naming the file, with the directory exactly as it was (it used to append and leave an invalid file)."""
+    for body, message in [
+        ("[[[[", "pyproject.toml: not valid TOML"),
+        ("tool = 5", "pyproject.toml: [tool] must be a table"),
+        ("tool = {other = {x = 1}}", "pyproject.toml: [tool.falsify] cannot be appended as valid TOML"),
+    ]:
+        root = tmp_path / str(len(list(tmp_path.iterdir())))
+        root.mkdir()
+        (root / "pyproject.toml").write_text(body + "\n")
+        result = falsify(root, "init")
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert [p.name for p in root.iterdir()] == ["pyproject.toml"]
+        assert (root / "pyproject.toml").read_text() == body + "\n"
+
+
+def test_init_refuses_a_gitignore_that_is_a_directory_before_writing_anything(tmp_path: Path) -> None:
+    (tmp_path / ".gitignore").mkdir()
+    result = falsify(tmp_path, "init")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ".gitignore" in result.stderr and "not a regular file" in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == [".gitignore"]

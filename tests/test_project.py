@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,11 @@ def test_keys_are_read_with_their_defaults(tmp_path: Path) -> None:
         ("engine = 3\n", "engine must be a non-empty string"),
         ('weight = ["x"]\n', "unknown key 'weight'"),
         ("contracts = [\n", "not valid TOML"),
+        ("contracts = {a = 1}\n", "contracts must be a non-empty string, got a table"),
+        ('sources = {"/etc/*" = 1}\n', "sources must be a list of strings, got a table"),
+        ('sources = [{"/etc/*" = 1}]\n', "sources must be a list of strings, got an array"),
+        ("gate = 1\n", "gate must be a table"),
+        ("[tool.falsify.other]\n", "unknown key 'other'"),
     ],
 )
 def test_a_bad_table_is_a_one_line_error_naming_the_file(tmp_path: Path, table: str, message: str) -> None:
@@ -48,6 +54,45 @@ def test_the_search_stops_at_the_first_pyproject(tmp_path: Path) -> None:
     with pytest.raises(ProjectError, match=r"has no \[tool\.falsify\] table"):
         find_project(inner / ".")
     assert find_project(tmp_path).root == tmp_path.resolve()
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling symlink"])
+def test_a_pyproject_that_is_not_a_file_is_named_not_skipped_for_a_parent(tmp_path: Path, kind: str) -> None:
+    write(tmp_path, "")
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    here = inner / "pyproject.toml"
+    {
+        "directory": here.mkdir,
+        "fifo": lambda: os.mkfifo(here),
+        "dangling symlink": lambda: here.symlink_to("gone"),
+    }[kind]()
+    with pytest.raises(ProjectError, match=r"inner/pyproject\.toml is a .*, not a regular file"):
+        find_project(inner)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("timeout = nan", "timeout must be a finite number of seconds"),
+        ("timeout = inf", "timeout must be a finite number of seconds"),
+        ("timeout = 1e300", "timeout must be 0 (no limit) or between"),
+        ("test_timeout = 1e-300", "test_timeout must be 0 (no limit) or between"),
+        ("test_timeout = -1", "test_timeout must be 0 (no limit) or between"),
+        ('test_timeout = "9"', "test_timeout must be a finite number of seconds"),
+    ],
+)
+def test_gate_timeouts_in_the_config_are_finite_and_in_range(
+    tmp_path: Path, table: str, message: str
+) -> None:
+    from falsify.errors import FalsifyError
+    from falsify.harness.gate import timeouts
+
+    project = find_project(write(tmp_path, f"[tool.falsify.gate]\n{table}\n"))
+    with pytest.raises(FalsifyError, match=r"pyproject\.toml: \[tool\.falsify\.gate\] ") as info:
+        timeouts(project, None, None)
+    assert message in str(info.value)
+    assert timeouts(find_project(write(tmp_path, "[tool.falsify.gate]\ntimeout = 0\n")), None, None)[1] == 0
 
 
 def test_configured_weights_are_found_relative_to_the_root(tmp_path: Path) -> None:

@@ -19,14 +19,19 @@ def lint(paths: list[Path]) -> tuple[Corpus, int]:
     except ContractError as exc:  # a path that does not exist
         corpus = Corpus(problems=list(exc.problems))
         return corpus, EXIT_ERRORS
-    if corpus.files == 0:
-        return corpus, EXIT_EMPTY
-    return corpus, EXIT_ERRORS if corpus.problems else EXIT_CLEAN
+    if corpus.problems:
+        return corpus, EXIT_ERRORS
+    # no contract is nothing checked, whatever else was found (mutants alone have no prediction to kill)
+    return corpus, EXIT_CLEAN if corpus.contracts else EXIT_EMPTY
 
 
 def verdict(corpus: Corpus, paths: list[Path]) -> str:
-    if corpus.files == 0 and not corpus.problems:
-        return f"lint: no contract found in {', '.join(map(str, paths))} (an empty corpus is never a pass)"
+    if not corpus.contracts and not corpus.problems:
+        n = len(corpus.mutants)
+        also = f" ({n} mutant{'s' if n != 1 else ''}, no prediction for them to kill)" if n else ""
+        return (
+            f"lint: no contract found in {', '.join(map(str, paths))}{also} (an empty corpus is never a pass)"
+        )
     predictions = sum(len(c.predictions) for c in corpus.contracts)
     mutants = ""
     if corpus.mutants:

@@ -43,6 +43,7 @@ from falsify.harness.results import (
     test_counts,
 )
 from falsify.project import Project, ProjectError, read_toml, subtable
+from falsify.subcommand import seconds_problem
 from falsify.table import table
 
 DEFAULT_TEST_TIMEOUT = 900.0  # seconds per falsifier; [tool.falsify.gate] test_timeout or --test-timeout
@@ -181,8 +182,14 @@ def timeouts(project: Project, test: float | None, whole: float | None) -> tuple
 
     def pick(flag: float | None, key: str, default: float) -> float:
         value = flag if flag is not None else table.get(key, default)
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-            raise FalsifyError(f"[tool.falsify.gate] {key} must be a number of seconds >= 0, not {value!r}")
+        problem = seconds_problem(value, zero_is_none=True)
+        if problem:
+            where = (
+                f"--{key.replace('_', '-')}"
+                if flag is not None
+                else f"{project.pyproject}: [tool.falsify.gate] {key}"
+            )
+            raise FalsifyError(f"{where} {problem}")
         return float(value)
 
     return pick(test, "test_timeout", DEFAULT_TEST_TIMEOUT), pick(whole, "timeout", DEFAULT_GATE_TIMEOUT)

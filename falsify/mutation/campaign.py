@@ -27,6 +27,7 @@ from falsify.harness.gate import lint_project, run_pytest_timed
 from falsify.harness.results import Outcome, per_prediction
 from falsify.mutation import executors
 from falsify.project import find_project
+from falsify.subcommand import MAX_SEEDS, jobs, seconds, whole_number
 from falsify.table import table
 
 HELP = "run chosen predictions' falsifiers under the thorough profile, sharded by prediction and seed"
@@ -42,7 +43,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "predictions", nargs="*", help="prediction ids (default: every prediction with a bound test)"
     )
-    p.add_argument("--seeds", type=int, default=2, help="shards per prediction, seeds 0..N-1 (default 2)")
+    p.add_argument(
+        "--seeds",
+        type=whole_number(1, MAX_SEEDS),
+        default=2,
+        help=f"shards per prediction, seeds 0..N-1, 1 to {MAX_SEEDS} (default 2)",
+    )
     p.add_argument("--engine", default=None, help=engine_forms())
     p.add_argument(
         "--executor", choices=executors.EXECUTORS, default=os.environ.get("FALSIFY_EXECUTOR", "local")
@@ -50,9 +56,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--address", default=os.environ.get("RAY_ADDRESS"), help="with --executor ray: the cluster"
     )
-    p.add_argument("-j", "--jobs", type=int, default=0, help="local shards at once (default: one per core)")
+    p.add_argument("-j", "--jobs", type=jobs, default=0, help="local shards at once (default: one per core)")
     p.add_argument(
-        "--timeout", type=float, default=1800.0, help="seconds per shard (default 1800): then TIMEOUT"
+        "--timeout",
+        type=seconds(zero_is_none=False),
+        default=1800.0,
+        help="seconds per shard (default 1800): then TIMEOUT",
     )
     p.add_argument(
         "--profile", default="thorough", help="hypothesis profile of every shard (default thorough)"

@@ -62,7 +62,7 @@ from falsify.mutation.mutmut.report import render_survivors, to_stryker, verdict
 from falsify.mutation.mutmut.running import run_mutmut
 from falsify.mutation.mutmut.sharded import run_sharded
 from falsify.project import find_project
-from falsify.subcommand import add_subcommand
+from falsify.subcommand import add_subcommand, jobs, seconds
 
 # The command; its parts: config.py (configuration, run records, baseline), running.py, sharded.py (--executor),
 # report.py.
@@ -74,7 +74,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--since", metavar="REF", help="mutate only functions changed since this git ref (pull requests)"
     )
-    p.add_argument("-j", "--jobs", type=int, default=0, help="mutmut workers (default: one per core)")
+    p.add_argument("-j", "--jobs", type=jobs, default=0, help="mutmut workers (default: one per core)")
     p.add_argument(
         "--executor",
         choices=EXECUTORS,
@@ -107,7 +107,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also run the mutants the baseline lists (equivalent and known survivors); a whole run leaves them "
         "out and counts them as surviving",
     )
-    p.add_argument("--timeout", type=float, help="override [tool.falsify.mutmut] timeout (seconds)")
+    p.add_argument(
+        "--timeout", type=seconds(zero_is_none=False), help="override [tool.falsify.mutmut] timeout (seconds)"
+    )
     stryker.add_out_option(p, Path(".falsify/mutmut"))
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from falsify.errors import FalsifyError
 from falsify.project import Project, ProjectError, read_toml, subtable
+from falsify.subcommand import MAX_SECONDS, seconds_problem
 
 DEFAULT_FLOOR = 0.0
 DEFAULT_BASELINE = "mutmut-baseline.toml"
@@ -335,17 +336,22 @@ def read_config(project: Project) -> MutmutConfig:
             raise MutmutError(f"{where} {key} must be a non-empty list of paths, got {value!r}")
         lists[key] = tuple(value)
     timeout = table_.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise MutmutError(f"{where} timeout must be a number of seconds > 0, got {timeout!r}")
+    problem = seconds_problem(timeout, zero_is_none=False)
+    if problem:
+        raise MutmutError(f"{where} timeout {problem}")
     args = table_.get("pytest_args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise MutmutError(f"{where} pytest_args must be a list of strings, got {args!r}")
     multiplier = table_.get("timeout_multiplier", DEFAULT_TIMEOUT_MULTIPLIER)
-    if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or multiplier < 1:
-        raise MutmutError(f"{where} timeout_multiplier must be a number >= 1, got {multiplier!r}")
+    if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or not 1 <= multiplier <= 1000:
+        raise MutmutError(f"{where} timeout_multiplier must be a number in [1, 1000], got {multiplier!r}")
     constant = table_.get("timeout_constant", DEFAULT_TIMEOUT_CONSTANT)
-    if isinstance(constant, bool) or not isinstance(constant, int | float) or constant < 0:
-        raise MutmutError(f"{where} timeout_constant must be a number of seconds >= 0, got {constant!r}")
+    if (
+        isinstance(constant, bool)
+        or not isinstance(constant, int | float)
+        or not 0 <= constant <= MAX_SECONDS
+    ):
+        raise MutmutError(f"{where} timeout_constant must be in [0, {MAX_SECONDS}] seconds, got {constant!r}")
     if "paths" not in lists:
         raise MutmutError(
             f"{where}: no paths to mutate: set paths there, or sources = [...] in [tool.falsify]"

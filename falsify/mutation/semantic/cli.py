@@ -23,7 +23,7 @@ from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
-from falsify.subcommand import add_subcommand
+from falsify.subcommand import add_subcommand, jobs, seconds
 
 HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
 
@@ -47,8 +47,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run every selected falsifier even once all of `kills` is red (a complete kill matrix)",
     )
-    p.add_argument("-j", "--jobs", type=int, default=0, help="mutants run at once (default: one per core)")
-    p.add_argument("--timeout", type=float, help="seconds per mutant (default: 60, or 5x the control run)")
+    p.add_argument("-j", "--jobs", type=jobs, default=0, help="mutants run at once (default: one per core)")
+    p.add_argument(
+        "--timeout",
+        type=seconds(zero_is_none=False),
+        help="seconds per mutant (default: 60, or 5x the control run)",
+    )
     p.add_argument("--diff", action="store_true", help="print each mutant's diff")
     p.add_argument(
         "--fresh-control",
