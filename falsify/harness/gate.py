@@ -442,6 +442,18 @@ def _publish(out: Path, run_dir: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
+JUNIT_LIMIT = 256 * 2**20  # bytes; the gate's own junit.xml, read back to copy it
+
+
+def copy_junit(out: Path, dest: Path) -> None:
+    """`gate --junit DEST`: the run's junit.xml written to DEST by a temporary renamed over it. A symlink at DEST
+    is refused, never written through (it overwrote a file outside the project), as are a directory, `/dev/full`
+    or any other special file: FileLayerError naming DEST, exit 2."""
+    data = safefile.read_bytes(out / "junit.xml", limit=JUNIT_LIMIT, what="junit.xml")
+    safefile.make_dirs(dest.parent, what="--junit directory")
+    safefile.replace(dest, data, what="--junit file")
+
+
 def render(rows: list[PredictionResult], proved: dict[str, PredictionProof] | None = None) -> str:
     return table(
         ["prediction", "contract", "outcome", "proven", "tests", "checks", "corners", "time", "detail"],

@@ -72,6 +72,9 @@ def matrix(project: Project, engines: list[str], out: Path, pytest_args: list[st
     if problems or not corpus.contracts:
         print("\n".join(problems) or f"matrix: no contract found in {project.contracts}")
         return 1 if problems else 2
+    # --out is a directory (or a new path made one) before any engine runs: `--out pyproject.toml` or a symlink
+    # there is named, exit 2, and no project file is written over (only OUT/matrix.* and OUT/<engine>/ are).
+    safefile.make_dirs(out, what="--out directory")
     columns: dict[str, dict[str, Any]] = {}
     for engine in engines:
         print(f"\n=== matrix: engine {engine}", flush=True)
