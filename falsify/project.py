@@ -196,7 +196,10 @@ def _project(root: Path, table: dict[str, Any]) -> Project:
 
 
 def _file_kind(path: Path) -> str:
-    mode = os.lstat(path).st_mode
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:  # gone or unreadable since it was seen
+        return f"unreadable ({exc.strerror})"
     if stat.S_ISLNK(mode):
         return "a dangling symlink" if not path.exists() else "a symlink"
     if stat.S_ISDIR(mode):
