@@ -243,11 +243,15 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    import shutil
-
-    from falsify.harness.gate import gate
+    from falsify.harness.gate import copy_junit, gate
 
     extra = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
+    if args.junit is not None and (
+        os.path.islink(args.junit) or (args.junit.exists() and not args.junit.is_file())
+    ):
+        # refused before the run, not after it: a symlink is never written through (copy_junit refuses it too)
+        what = "a symlink" if os.path.islink(args.junit) else "not a regular file"
+        raise FalsifyError(f"--junit {args.junit}: {what}; give a new path or a regular file")
     project = find_project()
     engine = engine_spec(args, project, probe=True)
     out = args.out if args.out.is_absolute() else project.root / args.out
@@ -265,8 +269,7 @@ def run_gate(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     if args.junit and (out / "junit.xml").is_file():
-        args.junit.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / "junit.xml", args.junit)
+        copy_junit(out, args.junit)  # by a temporary renamed over it, never through a link
     return code
 
 

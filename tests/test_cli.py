@@ -546,3 +546,21 @@ def test_the_stdout_relay_copies_what_came_just_before_the_command_ended(
     assert os.read(out_read, 1 << 16) == b"usage: falsify evidence ... exit codes: 0 success\n"
     os.close(write_end)
     os.close(out_read)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "directory"])
+def test_gate_refuses_a_junit_path_it_would_write_through_before_running(tmp_path: Path, kind: str) -> None:
+    """`falsify gate --junit DEST`: a symlink at DEST (it wrote through one, over a file outside the project) or a
+    directory is refused on one line, exit 2, before any falsifier runs; the file behind the link is untouched."""
+    root = make_project(tmp_path / "p")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious data\n")
+    dest = root / "j.xml"
+    if kind == "symlink":
+        dest.symlink_to(victim)
+    else:
+        dest.mkdir()
+    result = falsify("gate", "--engine", "reference", "--junit", str(dest), cwd=root)
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stdout == "" and len(result.stderr.splitlines()) == 1 and str(dest) in result.stderr
+    assert victim.read_text() == "precious data\n"
