@@ -13,7 +13,9 @@ import difflib
 import functools
 import io
 import re
+import signal
 import textwrap
+import threading
 import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -282,7 +284,43 @@ def text_hits(source: str, edit: Edit) -> list[tuple[int, int]]:
         pattern = re.compile(edit.regex or "", re.MULTILINE)
     except re.error as exc:
         raise MutantSpecError(f"regex does not compile: {exc}") from None
-    return [m.span() for m in pattern.finditer(source)]
+    return _bounded_spans(pattern, source)
+
+
+REGEX_SECONDS = 5.0  # how long an op text regex may search its file (lint, falsify mutants)
+
+
+class _RegexTimedOut(Exception):
+    pass
+
+
+def _bounded_spans(pattern: re.Pattern[str], source: str) -> list[tuple[int, int]]:
+    """Every match's span, within REGEX_SECONDS: a regex that backtracks without end (`^(a|a)*$` on forty a's and a
+    `!`) is a MutantSpecError naming it, not a hang. re checks for signals while it matches, so a real-time timer
+    stops it; where one cannot be set (not the main thread, or SIGALRM or its timer already in use, as under a
+    pytest timeout plugin) the search runs unbounded, as before."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+        or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None)
+    ):
+        return [m.span() for m in pattern.finditer(source)]
+
+    def expired(signum: int, frame: object) -> None:
+        raise _RegexTimedOut
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, REGEX_SECONDS)
+    try:
+        return [m.span() for m in pattern.finditer(source)]
+    except _RegexTimedOut:
+        raise MutantSpecError(
+            f"regex searched the file for over {REGEX_SECONDS:g} s without finishing (it backtracks without end: "
+            f"simplify it): {pattern.pattern!r}"
+        ) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def match_lines(source: str, edit: Edit, path: str = "<source>") -> dict[str, list[int]]:
