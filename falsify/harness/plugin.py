@@ -23,12 +23,12 @@ import pytest
 from falsify.contracts.corpus import Corpus, contract_dirs, project_corpus
 from falsify.contracts.packs import PackError, falsifiers_dir
 from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine
-from falsify.engines.protocol import CAPABILITIES
 from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import CannotShowHere, Observation
 from falsify.harness.collection import UnmarkedModules
 from falsify.harness.draws import apply_seed, chosen_profile, draws, register_profiles
+from falsify.harness.markers import marked_ids, marked_requires, marker_problems
 from falsify.harness.results import write_results
 from falsify.project import Project, ProjectError, find_project_or_none
 
@@ -416,48 +416,6 @@ def _importable(module: str) -> bool:
         return False
 
 
-def marker_problems(item: pytest.Item) -> list[str]:
-    """What is wrong with the item's `falsifies` markers: an id that is not a string (a list, a number), a keyword
-    other than `requires`, or a `requires` that is not a list of capability names (protocol.CAPABILITIES).
-    Binding problems, so a marker falsify cannot read fails the run instead of being read some other way."""
-    problems: list[str] = []
-    for mark in item.iter_markers("falsifies"):
-        for pid in mark.args:
-            if not isinstance(pid, str):
-                problems.append(
-                    f"{item.nodeid}: falsifies() takes prediction ids as strings, one per argument; "
-                    f"got {pid!r} ({type(pid).__name__})"
-                )
-        for key, value in mark.kwargs.items():
-            if key != "requires":
-                problems.append(f"{item.nodeid}: falsifies() has no keyword {key!r} (only requires=[...])")
-            elif not isinstance(value, list | tuple | set | frozenset) or not all(
-                isinstance(c, str) for c in value
-            ):
-                problems.append(
-                    f"{item.nodeid}: falsifies(requires=...) takes a list of capability names; got {value!r}"
-                )
-            else:
-                for capability in value:
-                    if capability not in CAPABILITIES:
-                        problems.append(
-                            f"{item.nodeid}: falsifies(requires=...) names unknown capability {capability!r} "
-                            f"(one of {', '.join(CAPABILITIES)})"
-                        )
-    return problems
-
-
-def marked_ids(item: pytest.Item) -> list[str]:
-    """The prediction ids the item's markers name; an id that is not a string is a binding problem
-    (marker_problems), not an id."""
-    ids: list[str] = []
-    for mark in item.iter_markers("falsifies"):
-        for pid in mark.args:
-            if isinstance(pid, str) and pid not in ids:
-                ids.append(pid)
-    return ids
-
-
 def _posix_or_absolute(path: Path, root: Path) -> str:
     """A falsifier's file relative to the rootdir (posix), or absolute when it lives elsewhere (an installed pack)."""
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
@@ -467,17 +425,6 @@ def _narrowed(config: pytest.Config) -> bool:
     """The run names files or node ids (`pytest tests/test_x.py`), so it cannot bind every prediction: strict
     binding is for whole-suite runs (directories), which is how tox and the gate run."""
     return any("::" in arg or Path(arg).is_file() for arg in config.args)
-
-
-def marked_requires(item: pytest.Item) -> set[str] | None:
-    """`falsifies(..., requires=[...])`: the capabilities this test uses when it needs fewer than its contract
-    requires (the prefill half of a contract runs on an engine without a lane host). None: the contract's."""
-    found: set[str] | None = None
-    for mark in item.iter_markers("falsifies"):
-        requires = mark.kwargs.get("requires")
-        if isinstance(requires, list | tuple | set | frozenset):  # anything else is a binding problem
-            found = (found or set()) | {c for c in requires if isinstance(c, str)}
-    return found
 
 
 class FalsifierTimeout(BaseException):
