@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from falsify import __version__
-from falsify.errors import FalsifyError
+from falsify.errors import FalsifyError, terminal_safe
 from falsify.project import Project, find_project
 from falsify.subcommand import add_subcommand, seconds
 
@@ -538,10 +538,11 @@ def _main(argv: list[str] | None) -> int:
             return LOCAL[args.command][1](args)
         return int(importlib.import_module(COMMANDS[args.command]).run(args))
     except FalsifyError as exc:
-        print(f"falsify: {exc}", file=sys.stderr)
+        # its words quote files, engines and names it did not write: each line made terminal-safe
+        print(f"falsify: {terminal_safe(exc, newlines=True)}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:
-        print(f"falsify: {command} is not available in this install ({exc})", file=sys.stderr)
+        print(f"falsify: {terminal_safe(command)} is not available in this install ({exc})", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("falsify: interrupted", file=sys.stderr)

@@ -23,6 +23,7 @@ from falsify.contracts.packs import contracts_dir, is_pack_file
 from falsify.contracts.yamlfile import Located, format_path, load_yaml
 from falsify.errors import ContractError, Problem
 from falsify.project import Project, find_project, find_project_or_none, schema_path, source_problem
+from falsify.safefile import outside_problem
 
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -140,29 +141,60 @@ def _validator(name: str) -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-def discover(paths: Iterable[Path]) -> tuple[list[Path], list[Problem]]:
+MAX_WALK = 100_000  # files and directories below one path: `falsify lint /` walked the whole file system
+MAX_WALK_DEPTH = 16  # directory levels below one path; a contracts tree needs two or three
+
+
+def discover(paths: Iterable[Path], root: Path | None = None) -> tuple[list[Path], list[Problem]]:
     """YAML files named by `paths`: files as given, directories searched recursively (skipping `schema/`).
 
-    Nothing is skipped in silence: an unreadable directory, a directory named like a contract file and a
-    symlinked directory (never followed: a link loop or a link out of the tree) are each a problem. Whether a
-    found name is a regular, readable file is for the loader to say (yamlfile.read_regular)."""
+    Nothing is skipped in silence: an unreadable directory, a directory named like a contract file, a symlinked
+    directory (never followed: a link loop or a link out of the tree), a file whose link resolves outside `root`
+    (default: the project each path lies in, an installed pack's directory for a pack's files) and a file named
+    `.YAML` or `.Yml` (falsify reads `.yaml` and `.yml`) are each a problem. A path with more than MAX_WALK
+    entries or MAX_WALK_DEPTH levels below it is a ContractError: name the contracts directory. Whether a found
+    name is a regular, readable file is for the loader to say (yamlfile.read_regular)."""
     found: list[Path] = []
     problems: list[Problem] = []
     for path in paths:
+        base = root or _root_of(path)
         if path.is_symlink() and path.is_dir():
             # The top too (`contracts` a link out of the project), as every directory below it in _walk.
             problems.append(Problem(_display(path), 0, "", "symlinked directory: not followed", "io"))
         elif path.is_dir():
-            found.extend(_walk(path, problems))
+            found.extend(f for f in _walk(path, problems) if _inside(base, f, problems))
         elif os.path.lexists(path):
-            found.append(path)
+            if _inside(base, path, problems):
+                found.append(path)
         else:
             raise ContractError(Problem(str(path), 0, "", "no such file or directory", "io"))
     return found, problems
 
 
+def _root_of(path: Path) -> Path:
+    """What a file found under `path` must resolve inside: an installed pack's directory, else the project `path`
+    lies in, else `path` itself (or its directory)."""
+    from falsify.contracts.packs import root as packs_root
+
+    absolute = Path(os.path.abspath(path))
+    packs = Path(os.path.abspath(packs_root()))
+    if absolute.is_relative_to(packs):
+        return packs
+    start = absolute if absolute.is_dir() and not absolute.is_symlink() else absolute.parent
+    project = find_project_or_none(start)
+    return project.root if project is not None else start
+
+
+def _inside(root: Path, path: Path, problems: list[Problem]) -> bool:
+    problem = outside_problem(root, path)
+    if problem:
+        problems.append(Problem(_display(path), 0, "", problem, "io"))
+    return problem is None
+
+
 def _walk(top: Path, problems: list[Problem]) -> list[Path]:
     found: list[Path] = []
+    seen = 0
 
     def unreadable(exc: OSError) -> None:
         where = exc.filename or str(top)
@@ -170,6 +202,21 @@ def _walk(top: Path, problems: list[Problem]) -> list[Path]:
 
     for directory, dirnames, filenames in os.walk(top, onerror=unreadable, followlinks=False):
         here = Path(directory)
+        seen += len(dirnames) + len(filenames)
+        depth = len(here.relative_to(top).parts)
+        if seen > MAX_WALK or (dirnames and depth >= MAX_WALK_DEPTH):
+            too = (
+                f"over {MAX_WALK:,} entries" if seen > MAX_WALK else f"over {MAX_WALK_DEPTH} directory levels"
+            )
+            raise ContractError(
+                Problem(
+                    _display(top),
+                    0,
+                    "",
+                    f"{too} below it; falsify searches a contracts or mutants directory, not a whole tree: name one",
+                    "io",
+                )
+            )
         dirnames.sort()
         if here == top and "schema" in dirnames:
             dirnames.remove("schema")
@@ -178,9 +225,22 @@ def _walk(top: Path, problems: list[Problem]) -> list[Path]:
             if sub.is_symlink():
                 dirnames.remove(d)
                 problems.append(Problem(_display(sub), 0, "", "symlinked directory: not followed", "io"))
-            elif sub.suffix in YAML_SUFFIXES:
+            elif sub.suffix.lower() in YAML_SUFFIXES:
                 problems.append(Problem(_display(sub), 0, "", "a directory, not a contract file", "io"))
-        found.extend(here / f for f in sorted(filenames) if Path(f).suffix in YAML_SUFFIXES)
+        for f in sorted(filenames):
+            suffix = Path(f).suffix
+            if suffix in YAML_SUFFIXES:
+                found.append(here / f)
+            elif suffix.lower() in YAML_SUFFIXES:
+                problems.append(
+                    Problem(
+                        _display(here / f),
+                        0,
+                        "",
+                        f"not read: name it {suffix.lower()} ({suffix} is not)",
+                        "io",
+                    )
+                )
     return found
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify.engines.protocol import CAPABILITIES, missing
-from falsify.errors import FalsifyError
+from falsify.errors import FalsifyError, terminal_safe
 
 REGISTERED = {
     # The reference engine ships as its own distribution (falsify-harness-reference), not in the harness wheel.
@@ -68,7 +68,11 @@ def engine_forms(
 
 
 class EngineError(FalsifyError):
-    """The engine named on the command line cannot be loaded."""
+    """The engine named on the command line cannot be loaded. str() is one terminal-safe line: it quotes the spec,
+    the engine's own exceptions and its stderr."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(terminal_safe(message))
 
 
 def resolve_engine(option: str | None, configured: str | None, where: str = "[tool.falsify]") -> str:

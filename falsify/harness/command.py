@@ -3,10 +3,13 @@ and what such a run collects: the project's tests and its packs' falsifiers, whe
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from falsify.errors import FalsifyError
 from falsify.project import Project
+from falsify.safefile import outside_problem
 
 
 def falsifier_args(
@@ -56,6 +59,9 @@ def falsifier_dirs(project: Project, tree: Path, packs: Sequence[str] = ()) -> l
     from falsify.contracts.packs import falsifiers_dir
 
     tests = tree / project.tests.relative_to(project.root)
+    problem = outside_problem(tree, tests) if os.path.lexists(tests) else None
+    if problem:  # before pytest starts: the plugin refuses a link out below it too, file by file
+        raise FalsifyError(f"[tool.falsify] tests {tests}: {problem}")
     own = [str(project.tests.relative_to(project.root))] if tests.is_dir() else []
     found = []
     for name in dict.fromkeys([*project.packs, *packs]):

@@ -252,6 +252,9 @@ def gate(
             f"gate: FAIL — lint found {len(problems)} error(s) in {corpus.files} files; no falsifier was run"
         )
         return 1
+    falsifier_dirs(
+        project, project.root, packs
+    )  # a tests directory that is a link out: refused before any run
     per_test, whole = timeouts(project, test_timeout, timeout)
     safefile.make_dirs(out, what="--out directory")  # a file, a link or a read-only disk there is named
     with _locked(out) as held:

@@ -22,7 +22,9 @@ import pytest
 
 from falsify.contracts.corpus import Corpus, contract_dirs, project_corpus
 from falsify.contracts.packs import PackError, falsifiers_dir
+from falsify.contracts.packs import root as packs_root
 from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine
+from falsify.errors import terminal_safe
 from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import CannotShowHere, Observation
@@ -31,6 +33,7 @@ from falsify.harness.draws import apply_seed, chosen_profile, draws, register_pr
 from falsify.harness.markers import marked_ids, marked_requires, marker_problems
 from falsify.harness.results import write_results
 from falsify.project import Project, ProjectError, find_project_or_none
+from falsify.safefile import outside_problem
 
 NOT_APPLICABLE = "NOT APPLICABLE: "
 _PREVIOUS_DIRS = pytest.StashKey[tuple[Path, ...]]()
@@ -97,6 +100,7 @@ class FalsifyPlugin:
         # category; collection errors and skips; deselected items), so the gate and evidence say pytest's numbers.
         self.counts: Counter[str] = Counter()
         self.unmarked = UnmarkedModules(config)
+        self.outside: list[str] = []  # collected paths that are links out of the project (refused)
         self.hypothesis: dict[str, Any] | None = None  # how hypothesis draws this run's examples (draws.py)
 
     def load(self) -> Corpus:
@@ -127,6 +131,8 @@ class FalsifyPlugin:
     # -- binding ---------------------------------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if self.outside:
+            raise pytest.UsageError(f"falsify: {terminal_safe(self.outside[0])}")
         corpus = self.load()
         predictions = corpus.predictions
         bound: dict[str, list[str]] = {pid: [] for pid in predictions}
@@ -171,9 +177,25 @@ class FalsifyPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        # Nothing runs from outside the project: a test file or directory that is a link out of it is refused,
+        # naming it (`tests` a link elsewhere ran that tree's falsifiers as this project's).
+        # Not collected, and the run refused at the end of collection (raised here it was a collection error
+        # that the binding check's words hid).
+        problem = outside_problem(self._root_of(collection_path), collection_path)
+        if problem:
+            self.outside.append(f"{collection_path}: {problem}")
+            return True
         if config.getoption("falsify_only") and self.unmarked.holds_no_falsifier(collection_path):
             return True
         return None
+
+    def _root_of(self, path: Path) -> Path:
+        """What a collected path must resolve inside: its pack's installed directory, else the project."""
+        absolute = Path(os.path.abspath(path))
+        packs = Path(os.path.abspath(packs_root()))
+        if absolute.is_relative_to(packs):
+            return packs
+        return self.project.root if self.project else self.config.rootpath
 
     def _named_engine(self) -> str | None:
         return (

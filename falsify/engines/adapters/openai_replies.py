@@ -14,7 +14,7 @@ from typing import Any
 
 from falsify import boundedjson
 from falsify.engines.env_settings import positive_number
-from falsify.errors import FalsifyError
+from falsify.errors import FalsifyError, terminal_safe
 
 TIMEOUT_ENV = "FALSIFY_OPENAI_TIMEOUT"
 REQUEST_TIMEOUT = (
@@ -27,7 +27,11 @@ MAX_EVENT = 16 * 2**20
 
 
 class OpenAIError(FalsifyError):
-    """The server refused a request, answered something that is not the API, or could not be reached."""
+    """The server refused a request, answered something that is not the API, or could not be reached. str() is one
+    terminal-safe line: it quotes the server's answer."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(terminal_safe(message))
 
 
 @dataclass(frozen=True, slots=True)

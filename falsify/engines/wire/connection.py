@@ -25,6 +25,7 @@ from falsify.engines.wire.messages import (
     schema_problem,
 )
 from falsify.engines.wire.transports import HttpTransport, StdioTransport, TransportError
+from falsify.errors import terminal_safe
 
 OnEngine = Callable[[str, dict[str, Any]], dict[str, Any] | None]
 
@@ -222,7 +223,8 @@ class Connection:
             )
 
     def _error_reply(self, method: str, error: dict[str, Any]) -> dict[str, Any]:
-        code, text = error.get("code"), str(error.get("message", ""))
+        # the engine's words, shown in falsifiers' failures and the gate's table: one terminal-safe line
+        code, text = error.get("code"), terminal_safe(error.get("message", ""))
         self.seen[f"error {code}"] += 1
         if code == ErrorCode.INVALID_INPUT:
             raise errors.EngineRefusal(text)  # a ValueError, as an in-process engine's refusal

@@ -3,14 +3,16 @@ raises it again at once, so every prediction it touches is an ERROR row naming i
 
 from __future__ import annotations
 
-from falsify.errors import FalsifyError
+from falsify.errors import FalsifyError, terminal_safe
 
 
 class WireError(FalsifyError):
-    """Base: something between the harness and a wire engine went wrong. str() starts with the error's name."""
+    """Base: something between the harness and a wire engine went wrong. str() starts with the error's name and is
+    one terminal-safe line: it quotes the engine's own words (an error message, its stderr), and those reach the
+    gate's table, pytest's report and falsify's last line (ESC[2J in them cleared the user's screen)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(f"{type(self).__name__}: {message}")
+        super().__init__(f"{type(self).__name__}: {terminal_safe(message)}")
 
 
 class EngineStartError(WireError):
