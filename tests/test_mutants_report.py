@@ -135,8 +135,9 @@ def test_kill_matrix_and_verdict_state_their_denominators(tmp_path: Path) -> Non
     assert not ok
     assert (
         "5 mutants: 1 killed, 1 survived, 1 stale, 1 timeout, 1 error (1 not by every listed prediction); "
-        "killed 2 of 3 applied"
+        "1 of 3 applied timed out"
     ) in text
+    assert "a timeout is not a kill; killed 1 of 3 applied" in text
 
 
 def test_a_mutant_this_machine_cannot_show_is_counted_apart_and_passes(tmp_path: Path) -> None:

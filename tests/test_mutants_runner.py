@@ -202,8 +202,11 @@ def test_a_mutant_that_hangs_times_out(toy: Path) -> None:
     commit(toy)
     before = snapshot(toy)
     result = falsify(toy, "never-ends", "--timeout", "4")
-    assert result.returncode == 0, result.stdout + result.stderr  # a hang is detected: TIMEOUT does not fail
+    # the hang is reported, but a timeout is not a kill: a run whose every mutant timed out proved no prediction
+    # able to fail (--timeout 0.01 gave a vacuous PASS that way), so it is no pass
+    assert result.returncode == 1, result.stdout + result.stderr
     assert "never-ends: TIMEOUT" in result.stdout
+    assert "a timeout is not a kill, and no mutant was killed; killed 0 of 1 applied" in result.stdout
     assert_untouched(toy, before)
 
 

@@ -4,10 +4,13 @@ A mutant counts as killed only when every prediction its file lists in `kills` t
 enforced; `--lenient` accepts a kill by any of them). The run also says which predictions it proved able to fail:
 PROVEN (some mutant turned it red), UNPROVEN (none did), with the contracts' reviewed `unproven_because:`.
 
-Exit codes: 0 every mutant killed (or timed out) by its whole kill list; 1 a mutant SURVIVED, is STALE or ERROR,
-was killed by only part of its kill list (unless --lenient), the control is red, or lint failed; 2 no mutant to
-run, no project, or an engine that cannot be loaded; 130 interrupted (the scratch copies are gone, the working
-tree untouched).
+Exit codes: 0 every mutant killed by its whole kill list or timed out, and not every one timed out; 1 a mutant
+SURVIVED, is STALE or ERROR, was killed by only part of its kill list (unless --lenient), no mutant was killed (a
+timeout is not a kill), the control is red, or lint failed; 2 no mutant to run, a mutant file no run could get
+past (a regex that does not compile or cannot be searched in bounded time, a build line that does not split or
+names no program, a replacement that is no statement, a target that is not UTF-8 text or is too large), no
+project, or an engine that cannot be loaded; 130 interrupted (the scratch copies are gone, the working tree
+untouched).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from pathlib import Path
 
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.loading import check_engine, engine_forms, resolve_engine
+from falsify.errors import Problem
 from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
+from falsify.mutation.semantic.matching import field_line
 from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
+from falsify.mutation.semantic.spec import preflight
 from falsify.subcommand import add_subcommand, jobs, seconds
 
 HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
@@ -107,6 +113,17 @@ def run(args: argparse.Namespace) -> int:
     if not mutants:
         print(f"mutants: no mutant found in {project.mutants} (an empty set is never a pass)")
         return EXIT_EMPTY
+    # What no run could get past (a regex re refuses, a build line no shell splits, a binary target...): named
+    # per field now, not an ERROR row or a traceback after the control has run.
+    refused = [
+        Problem(m.path, field_line(m, field), field, message, "mutant-spec")
+        for m in mutants
+        for field, message in preflight(m, project.root)
+    ]
+    if refused:
+        print("\n".join(map(str, refused)))
+        print(f"mutants: {len(refused)} problem(s) in the mutant files; no mutant was run")
+        return 2
     settings = Settings(
         engine=engine,
         jobs=args.jobs,

@@ -188,11 +188,12 @@ def ended(tokens, max_tokens):
         text = textwrap.dedent(edit.replacement).strip()
         if isinstance(target, cst.BaseCompoundStatement) and text.endswith(":") and "\n" not in text:
             # A new header for the same compound statement: parse it with a placeholder body, keep the old body.
-            (parsed,) = parse_statements(text + "\n    pass", "replacement")
+            parsed = parse_statements(text + "\n    pass", "replacement")[0]
             if type(parsed) is not type(target):
                 raise MutantSpecError(
                     f"replacement {text!r} is a {type(parsed).__name__}, the statement a "
-                    f"{type(target).__name__}; a new first line must keep the statement's kind"
+                    f"{type(target).__name__}; a new first line must keep the statement's kind",
+                    "replacement",
                 )
             blocks = {
                 f: getattr(target, f)
@@ -335,7 +336,8 @@ def prefill(state, chunks):
         if not tokens_match(tokens(edit.statement), first, not isinstance(new[0], cst.SimpleStatementLine)):
             raise MutantSpecError(
                 f"insert: statement {edit.statement!r} must be the first line of the replacement "
-                f"({' '.join(first)!r})"
+                f"({' '.join(first)!r})",
+                "statement",
             )
         return new
 
@@ -397,7 +399,7 @@ def apply(source: str, edit: Edit, path: str = "<source>") -> Applied:
     if edit.op in ("move", "insert") and edit.where not in ("before", "after"):
         raise MutantSpecError(f"op {edit.op} needs where: before or after, got {edit.where!r}")
     if edit.op in ("replace", "insert") and not edit.replacement:
-        raise MutantSpecError(f"op {edit.op} needs a replacement")
+        raise MutantSpecError(f"op {edit.op} needs a replacement", "replacement")
     module, found = function_statements(source, edit.function, path)
     anchor = only_match(found, module, edit.anchor, "anchor", edit.function) if edit.anchor else None
     if edit.op == "insert":
@@ -426,7 +428,9 @@ def apply(source: str, edit: Edit, path: str = "<source>") -> Applied:
     try:
         compile(mutated, path, "exec")
     except SyntaxError as exc:
-        raise MutantSpecError(f"the mutated {path} does not compile: {exc.msg} (line {exc.lineno})") from None
+        raise MutantSpecError(
+            f"the mutated {path} does not compile: {exc.msg} (line {exc.lineno})", "replacement"
+        ) from None
     if edit.op == "insert":
         return Applied(source, mutated, target.span, None)
     return Applied(source, mutated, target.span, anchor.span if anchor else None)

@@ -13,6 +13,8 @@ from falsify.harness.proven import summary as proof_summary
 from falsify.harness.results import Outcome
 from falsify.mutation import stryker
 from falsify.mutation.semantic.runner import FAILING, MutantOutcome, MutantResult, Run
+from falsify.mutation.semantic.spec import read_target
+from falsify.mutation.semantic.targets import MutantSpecError
 from falsify.table import table
 
 STRYKER_STATUS = {
@@ -132,20 +134,34 @@ def verdict(run: Run) -> tuple[str, bool]:
     counts = Counter(r.outcome for r in run.results)
     n = len(run.results)
     partly = sum(1 for r in run.results if r.partly)
-    ok = n > 0 and not any(counts[o] for o in FAILING)
+    killed, timeouts = counts[MutantOutcome.KILLED], counts[MutantOutcome.TIMEOUT]
+    # A timeout counts as detected beside kills (as Stryker counts it), never alone: a run whose mutants all
+    # timed out (--timeout 0.01) showed no prediction red, and is no pass.
+    ok = n > 0 and not any(counts[o] for o in FAILING) and (killed > 0 or not timeouts)
     judged = n - counts[MutantOutcome.STALE] - counts[MutantOutcome.ERROR] - counts[MutantOutcome.CANNOT_SHOW]
-    detected = counts[MutantOutcome.KILLED] + counts[MutantOutcome.TIMEOUT]
     shown = [
         o for o in MutantOutcome if o is not MutantOutcome.CANNOT_SHOW or counts[o]
     ]  # that one only when seen
     parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in shown)
     note = f" ({partly} not by every listed prediction)" if partly else ""
+    if timeouts:
+        note += f"; {timeouts} of {judged} applied timed out ({run_timeout(run)}): a timeout is not a kill"
+        if not killed:
+            note += ", and no mutant was killed"
     return (
-        f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {detected} of {judged} "
+        f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {killed} of {judged} "
         f"applied; {control_text(run)}; {run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}; "
         f"{len(run.corpus.predictions)} predictions: "
         f"{proof_summary(proofs(run.corpus, red_by_mutant(run), cannot_show(run)))}"
     ), ok
+
+
+def run_timeout(run: Run) -> str:
+    """The per-mutant timeout the run used, as the user gave it or as it was derived."""
+    if run.settings.timeout is not None:
+        return f"--timeout {run.settings.timeout:g} s"
+    seconds = max(60.0, 5 * run.control.seconds) if run.control is not None else 60.0
+    return f"timeout {seconds:.0f} s: 60 s or 5x the control run"
 
 
 def control_text(run: Run) -> str:
@@ -170,9 +186,11 @@ def to_stryker(run: Run) -> dict[str, Any]:
     tests: set[str] = set()
     for r in run.results:
         m = r.mutant
-        path = run.project.root / m.file
         if m.file not in files:
-            source = path.read_text(encoding="utf-8") if path.is_file() else ""
+            try:  # a target the run refused (binary, too large, gone) is shown empty, its row says why
+                source = read_target(run.project.root, m)
+            except MutantSpecError:
+                source = ""
             files[m.file] = (source, [])
         span = r.span
         loc = (

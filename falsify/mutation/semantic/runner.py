@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,8 +35,9 @@ from falsify.mutation import executors
 from falsify.mutation.executors import available_cores
 from falsify.mutation.semantic import edits, probe
 from falsify.mutation.semantic.control import Control, green_text, reuse_or_run
-from falsify.mutation.semantic.edits import Applied, Edit, MutantSpecError, Span, StaleMutant, apply
+from falsify.mutation.semantic.edits import Applied, MutantSpecError, Span, StaleMutant, apply
 from falsify.mutation.semantic.scratch import Finished, Interrupted, Scratch
+from falsify.mutation.semantic.spec import read_target, split_line
 from falsify.project import Project, find_project, source_problem
 
 SCOPES = ("kills", "contract", "all")
@@ -114,10 +114,6 @@ def module_name(file: str, src_layout: bool = False) -> str:
     return ".".join(parts)
 
 
-def edit_of(m: Mutant) -> Edit:
-    return edits.edit_of(m)
-
-
 class Runner:
     def __init__(
         self, project: Project, corpus: Corpus, settings: Settings, progress: Callable[[str], None] = print
@@ -172,9 +168,7 @@ class Runner:
         env[probe.OUT_ENV] = str(probe_out)
         env[probe.STOP_ENV] = ",".join(stop_when_red)
         finished = scratch.run_pytest(argv, cwd=tree, env=env, timeout=timeout)
-        data = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else None
-        probed = json.loads(probe_out.read_text(encoding="utf-8")) if probe_out.is_file() else {}
-        return finished, data, probed
+        return finished, _json(results), _json(probe_out) or {}
 
     # -- the control --------------------------------------------------------------------------------------------
     def control_for(self, scratch: Scratch, mutants: list[Mutant]) -> Control:
@@ -199,7 +193,7 @@ class Runner:
             )
             if data is None or data.get("binding_problems"):
                 problems = (data or {}).get("binding_problems") or [
-                    _tail(finished.output, "pytest could not collect the falsifiers")
+                    finished.tail("pytest could not collect the falsifiers")
                 ]
                 return Control(False, finished.seconds, {}, [], "\n".join(problems), {})
             found = data.get("collected", [])
@@ -217,7 +211,9 @@ class Runner:
                 )
             # built as each text mutant's copies are (docs/engine-protocol.md §10): it runs their falsifiers too
             for build in dict.fromkeys(m.build for m in mutants if m.op == "text" and m.build):
-                failed = self._build(scratch, build, tree, self.settings.control_timeout)
+                failed = self._build(
+                    scratch, build, tree, self.settings.timeout or self.settings.control_timeout
+                )
                 if failed:
                     return Control(False, finished.seconds, tests, [], f"control copy: {failed}", {})
             finished, data, probed = self.pytest(
@@ -238,7 +234,7 @@ class Runner:
                 finished.seconds,
                 tests,
                 [],
-                _tail(finished.output, "pytest wrote no results"),
+                finished.tail("pytest wrote no results"),
                 imported,
             )
         rows = per_prediction(self.corpus, data)
@@ -248,7 +244,7 @@ class Runner:
         if finished.returncode is None:
             problems.append(f"the control run timed out after {self.settings.control_timeout:.0f} s")
         elif finished.returncode != 0 and not problems:
-            problems.append(_tail(finished.output, f"pytest exited {finished.returncode}"))
+            problems.append(finished.tail(f"pytest exited {finished.returncode}"))
         problems += [
             f"the falsifiers imported {name} from {file}, not from the scratch copy {tree}: an installed copy "
             "or a symlink leads out of it (mutants would run against the wrong code)"
@@ -289,20 +285,23 @@ class Runner:
         return first + [nid for nid, preds in tests.items() if wanted & set(preds) and nid not in first]
 
     def run_mutant(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
-        bad = source_problem(self.project.root, m.file)
-        if bad:  # lint refuses these too; checked again where the path is used
-            return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: file: {bad}")
-        source_path = self.project.root / m.file
+        """The mutant's result; whatever goes wrong in falsify itself is this mutant's ERROR, one line naming
+        the mutant file, never a traceback that ends the other mutants' runs."""
         try:
-            source = source_path.read_text(encoding="utf-8")
-        except OSError as exc:
-            return MutantResult(m, MutantOutcome.STALE, detail=f"{m.file}: {exc.strerror}")
-        try:
-            applied = apply(source, edit_of(m), m.file)
+            return self._run_mutant(scratch, m, timeout)
+        except Interrupted:
+            raise
+        except Exception as exc:  # reported as the mutant's ERROR, with its type
+            return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {type(exc).__name__}: {exc}")
+
+    def _run_mutant(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
+        try:  # lint refuses these too; checked again where the file is used
+            source = read_target(self.project.root, m)
+            applied = apply(source, edits.edit_of(m), m.file)
         except StaleMutant as exc:
             return MutantResult(m, MutantOutcome.STALE, detail=str(exc))
         except MutantSpecError as exc:
-            return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {exc}")
+            return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {exc.field or 'mutant'}: {exc}")
         diff = applied.diff(m.file)
         assert self.control is not None
         if m.op == "text":  # its own control run, under its own `engine`, must be green first (_run_text)
@@ -406,7 +405,7 @@ class Runner:
             return result(
                 m,
                 MutantOutcome.ERROR,
-                detail=_tail(finished.output, f"pytest exited {finished.returncode}"),
+                detail=finished.tail(f"pytest exited {finished.returncode}"),
             )
         rows = [r for r in per_prediction(self.corpus, data) if r.outcome is not Outcome.NOT_RUN or r.tests]
         ran = [
@@ -415,7 +414,7 @@ class Runner:
             if r.get("outcome") in ("passed", "failed", "error")
         ]
         if not ran:
-            return result(m, MutantOutcome.ERROR, detail=_tail(finished.output, "no falsifier ran"))
+            return result(m, MutantOutcome.ERROR, detail=finished.tail("no falsifier ran"))
         red = {r.id for r in rows if r.outcome in RED}
         killed_by = tuple(p for p in m.kills if p in red)
         missed = tuple(p for p in m.kills if p not in red)
@@ -428,7 +427,7 @@ class Runner:
         if file is None and name is not None:
             detail = f"no selected falsifier imported {name}"
         elif finished.returncode == 1:
-            detail = _tail(finished.output, "pytest failed, but no prediction turned red")
+            detail = finished.tail("pytest failed, but no prediction turned red")
             return result(m, MutantOutcome.ERROR, (), missed, (), outcomes, detail=detail)
         else:
             detail = f"{len(ran)} falsifiers stayed green"
@@ -470,21 +469,32 @@ class Runner:
                         for pid in m.kills
                         if pid not in green
                     )
-                    tail = "" if data is not None else " " + _tail(finished.output, "pytest wrote no results")
+                    tail = "" if data is not None else " " + finished.tail("pytest wrote no results")
                     return error(detail=f"the unmutated copy under engine {engine} is not green: {why}{tail}")
             finally:
                 scratch.remove(tree)
         raise AssertionError("unreachable")
 
     def _build(self, scratch: Scratch, build: str | None, tree: Path, timeout: float) -> str | None:
-        """Run a text mutant's `build` command in `tree`; a one-line failure, or None."""
+        """Run a text mutant's `build` command in `tree` within `timeout`; a one-line failure, or None."""
         if not build:
             return None
-        finished = scratch.run(shlex.split(build), cwd=tree, env=os.environ.copy(), timeout=timeout)
+        try:
+            finished = scratch.run(
+                split_line(build, "build"), cwd=tree, env=os.environ.copy(), timeout=timeout
+            )
+        except MutantSpecError as exc:
+            return f"build: {exc}"
+        except OSError as exc:  # no such program, not executable
+            return f"build `{build}` cannot start: {exc.strerror}"
         if finished.returncode == 0:
             return None
-        status = "timed out" if finished.returncode is None else f"exited {finished.returncode}"
-        return _tail(finished.output, f"build `{build}` {status}")
+        status = (
+            f"timed out after {timeout:g} s"
+            if finished.returncode is None
+            else f"exited {finished.returncode}"
+        )
+        return finished.tail(f"build `{build}` {status}")
 
     # -- everything ---------------------------------------------------------------------------------------------
     def run(self, mutants: list[Mutant]) -> Run:
@@ -571,9 +581,12 @@ def _control_outcome(control: Control, pid: str) -> Outcome | None:
     return next((r.outcome for r in control.rows if r.id == pid), None)
 
 
-def _tail(output: str, what: str, lines: int = 15) -> str:
-    tail = "\n".join(output.strip().splitlines()[-lines:])
-    return f"{what}:\n{tail}" if tail else what
+def _json(path: Path) -> Any:
+    """A results or probe file the run wrote, or None: absent, or cut short by the timeout's kill."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def load(project: Project | None = None) -> tuple[Project, Corpus, list[str]]:

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from falsify.errors import FalsifyError
 
@@ -61,12 +62,23 @@ class Interrupted(Exception):
 @dataclass(frozen=True, slots=True)
 class Finished:
     returncode: int | None  # None: killed at the timeout
-    output: str
+    output: str  # its last OUTPUT_KEPT bytes, after a line saying how much went before them
     seconds: float
+
+    def tail(self, what: str, lines: int = 15) -> str:
+        """`what`, then the output's last `lines` lines."""
+        tail = "\n".join(self.output.strip().splitlines()[-lines:])
+        return f"{what}:\n{tail}" if tail else what
 
 
 OWNER = "owner.pid"  # in each run's directory: the pid of the process that made it
 GROUPS = "groups"  # in each run's directory: one process-group id per line, of every child started
+# In each run's directory, one file per pytest run: the process groups of the wire engines it started (each starts
+# in a session of its own, out of pytest's group), as falsify/engines/wire/transports.py records them when the
+# environment names the file, as the gate does. Ended when that pytest run ends, however it ends.
+ENGINES = "engines-"
+ENGINE_GROUPS_ENV = "FALSIFY_ENGINE_GROUPS"
+OUTPUT_KEPT = 4 << 20  # bytes of a child's output kept, its end: a build or an engine may print without bound
 
 
 class ScratchError(FalsifyError):
@@ -103,10 +115,9 @@ def sweep(root: Path | None = None) -> list[Path]:
             continue
         if owner is None and time.time() - run.lstat().st_mtime < 60:
             continue  # being created right now
-        with contextlib.suppress(OSError, ValueError):
-            for line in (run / GROUPS).read_text(encoding="ascii").split():
-                if _cwd_inside(int(line), run):
-                    _kill_pid_group(int(line))
+        for pgid in _recorded(run / GROUPS, *run.glob(f"{ENGINES}*")):
+            if _cwd_inside(pgid, run):
+                _kill_pid_group(pgid)
         shutil.rmtree(run, ignore_errors=True)
         swept.append(run)
     return swept
@@ -134,7 +145,7 @@ class Scratch:
                 if attempt == 2:
                     raise
         (self.base / OWNER).write_text(str(os.getpid()), encoding="ascii")
-        self._procs: set[subprocess.Popen[str]] = set()
+        self._procs: set[subprocess.Popen[Any]] = set()
         self._pids: set[int] = set()  # children of the fork server
         self._server: subprocess.Popen[str] | None = None
         self._runs = 0
@@ -171,7 +182,9 @@ class Scratch:
         shutil.rmtree(path, ignore_errors=True)
 
     def run(self, cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None) -> Finished:
-        """Run `cmd` in its own process group; on timeout kill the whole group."""
+        """Run `cmd` in its own process group; on timeout kill the whole group, and when it ends whatever it
+        left running in its group. Its output is read as it comes, keeping the last OUTPUT_KEPT bytes. OSError
+        when the program cannot be started."""
         start = time.perf_counter()
         with self._lock:
             if self._stopping:
@@ -180,30 +193,32 @@ class Scratch:
                 cmd,
                 cwd=cwd,
                 env=env,
+                stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                text=True,
                 start_new_session=True,
             )
             self._procs.add(proc)
             self._record(proc.pid)
+        assert proc.stdout is not None
+        reader = _Tail(proc.stdout.fileno(), OUTPUT_KEPT)
+        code: int | None = None
         try:
-            output, _ = proc.communicate(timeout=timeout)
-            code: int | None = proc.returncode
+            code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            output, _ = proc.communicate()
-            code = None
-        except BaseException:  # SIGINT while waiting: the child goes with us
+            pass
+        finally:  # timed out, done, or SIGINT while waiting: the group goes (`code` None: killed at the timeout)
             _kill_group(proc)
             proc.wait()
-            raise
-        finally:
             with self._lock:
                 self._procs.discard(proc)
+        # A process that left the group (a session of its own) may hold the pipe open for ever: not waited for.
+        output = reader.text(wait=5.0)
+        if reader.done:
+            proc.stdout.close()
         if self._stopping:
             raise Interrupted(" ".join(cmd[:3]))
-        return Finished(code, output or "", time.perf_counter() - start)
+        return Finished(code, output, time.perf_counter() - start)
 
     # -- pytest through the fork server ---------------------------------------------------------------------
     def start_forkserver(self) -> bool:
@@ -230,15 +245,31 @@ class Scratch:
     def run_pytest(
         self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None
     ) -> Finished:
-        """`python -m pytest argv` in `cwd`: forked from the server when one runs, else a new interpreter."""
-        if self._server is None:
-            return self.run([sys.executable, "-m", "pytest", *argv], cwd=cwd, env=env, timeout=timeout)
+        """`python -m pytest argv` in `cwd`: forked from the server when one runs, else a new interpreter. The
+        wire engines it starts are ended with it (ENGINES)."""
+        with self._lock:
+            self._runs += 1
+            run = self._runs
+        engines = self.base / f"{ENGINES}{run}"
+        engines.touch()
+        env = {**env, ENGINE_GROUPS_ENV: str(engines)}
+        try:
+            if self._server is None:
+                return self.run([sys.executable, "-m", "pytest", *argv], cwd=cwd, env=env, timeout=timeout)
+            return self._forked(argv, cwd=cwd, env=env, timeout=timeout, run=run)
+        finally:
+            for pgid in _recorded(engines):
+                _kill_pid_group(pgid)
+
+    def _forked(
+        self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None, run: int
+    ) -> Finished:
+        assert self._server is not None
         start = time.perf_counter()
         with self._lock:
             if self._stopping:
                 raise Interrupted("pytest")
-            self._runs += 1
-            out = self.base / f"pytest-{self._runs}.out"
+            out = self.base / f"pytest-{run}.out"
             assert self._server.stdin is not None and self._server.stdout is not None
             self._server.stdin.write(
                 json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "out": str(out)}) + "\n"
@@ -265,13 +296,11 @@ class Scratch:
                     code = None
                     break
                 time.sleep(0.05)
-        except BaseException:  # SIGINT while waiting: the child goes with us
+        finally:  # done, timed out, or SIGINT while waiting: its group goes, with whatever it left running
             _kill_pid_group(pid)
-            raise
-        finally:
             with self._lock:
                 self._pids.discard(pid)
-        output = out.read_text(encoding="utf-8", errors="replace") if out.is_file() else ""
+        output = _file_tail(out, OUTPUT_KEPT)
         out.unlink(missing_ok=True)
         rc.unlink(missing_ok=True)
         return Finished(code, output, time.perf_counter() - start)
@@ -281,7 +310,7 @@ class Scratch:
             f.write(f"{pgid}\n")
 
     def stop(self) -> None:
-        """Refuse new work and kill every running child's process group."""
+        """Refuse new work and kill every running child's process group, and every wire engine's."""
         with self._lock:
             self._stopping = True
             procs = list(self._procs)
@@ -290,6 +319,8 @@ class Scratch:
             _kill_group(proc)
         for pid in pids:
             _kill_pid_group(pid)
+        for pgid in _recorded(*self.base.glob(f"{ENGINES}*")):
+            _kill_pid_group(pgid)
 
     def close(self) -> None:
         self.stop()
@@ -322,7 +353,72 @@ def _no_file_links(dest: Path, source: Path) -> None:
                 shutil.copyfile(original, path)
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+class _Tail:
+    """Reads a pipe to its end in a thread of its own, keeping its last `keep` bytes and counting the rest."""
+
+    def __init__(self, fd: int, keep: int) -> None:
+        self.fd, self.keep = fd, keep
+        self.data = bytearray()
+        self.dropped = 0
+        self.done = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="falsify-output", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while chunk := os.read(self.fd, 1 << 16):
+                with self._lock:
+                    self.data += chunk
+                    if len(self.data) > 2 * self.keep:  # trimmed now and then, not on every chunk
+                        self.dropped += len(self.data) - self.keep
+                        del self.data[: -self.keep]
+        except OSError:
+            pass
+        self.done = True
+
+    def text(self, wait: float) -> str:
+        """What was kept once the pipe ends (or after `wait` seconds), with a first line saying how much of the
+        output went before it when some did."""
+        self._thread.join(wait)
+        with self._lock:
+            dropped = self.dropped + max(len(self.data) - self.keep, 0)
+            kept = bytes(self.data[-self.keep :])
+        head = f"[{dropped} bytes of output before these not kept]\n" if dropped else ""
+        return head + _text(kept)
+
+
+def _file_tail(path: Path, keep: int) -> str:
+    """The last `keep` bytes of the file at `path` (a forked run's output), as _Tail keeps a pipe's."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - keep, 0))
+            kept = f.read(keep)
+    except OSError:
+        return ""
+    head = f"[{size - keep} bytes of output before these not kept]\n" if size > keep else ""
+    return head + kept.decode("utf-8", errors="replace")
+
+
+def _text(data: bytes) -> str:
+    """Output bytes as subprocess's text mode gives them (universal newlines), undecodable bytes replaced."""
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _recorded(*files: Path) -> list[int]:
+    """The process-group ids recorded in `files` (one a line; at most 1 MiB of each is read)."""
+    groups = []
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                groups += [int(item) for item in f.read(1 << 20).split() if item.isdigit() and int(item) > 1]
+        except OSError:
+            continue
+    return groups
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
     _kill_pid_group(proc.pid)
 
 

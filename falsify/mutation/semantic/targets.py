@@ -12,10 +12,12 @@ import ast
 import difflib
 import functools
 import io
-import re
+import json
+import math
 import signal
+import subprocess
+import sys
 import textwrap
-import threading
 import tokenize
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +35,11 @@ class StaleMutant(FalsifyError):
 
 class MutantSpecError(FalsifyError):
     """The mutant itself cannot be applied: bad replacement source, an edit that changes nothing, or a result
-    that does not compile."""
+    that does not compile. `field` names the mutant file's field at fault, where one is ("" otherwise)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,11 +238,17 @@ def python_parse_error(source: str) -> str | None:
 def parse_statements(source: str, what: str) -> list[cst.BaseStatement]:
     code = textwrap.dedent(source).strip() + "\n"
     if (error := python_parse_error(code)) is not None:
-        raise MutantSpecError(f"{what} does not parse: {error}")
+        raise MutantSpecError(f"{what} does not parse: {error}", what)
     try:
-        return list(cst.parse_module(code).body)
+        body: list[cst.BaseStatement] = list(cst.parse_module(code).body)
     except cst.ParserSyntaxError as exc:
-        raise MutantSpecError(f"{what} does not parse: {str(exc).splitlines()[0]}") from None
+        raise MutantSpecError(f"{what} does not parse: {str(exc).splitlines()[0]}", what) from None
+    if not body:  # only comments or blank lines: nothing to put in the statement's place
+        raise MutantSpecError(
+            f"{what} holds no statement, only comments or blank lines (to remove a statement: op delete)",
+            what,
+        )
+    return body
 
 
 def contains(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
@@ -273,54 +285,101 @@ def _parsed(source: str) -> tuple[cst.Module, Any]:
 
 def text_hits(source: str, edit: Edit) -> list[tuple[int, int]]:
     """(start, end) offsets of every occurrence of op text's snippet (not overlapping) or match of its regex
-    (re.MULTILINE); MutantSpecError when the regex does not compile."""
+    (re.MULTILINE), at most MAX_HITS; MutantSpecError when the regex does not compile, cannot be searched within
+    REGEX_SECONDS and REGEX_MEMORY, or matches more than MAX_HITS places."""
     if edit.snippet:
-        hits, at = [], source.find(edit.snippet)
+        hits: list[tuple[int, int]] = []
+        at = source.find(edit.snippet)
         while at >= 0:
+            if len(hits) == MAX_HITS:
+                raise MutantSpecError(_too_many("snippet"), "snippet")
             hits.append((at, at + len(edit.snippet)))
             at = source.find(edit.snippet, at + len(edit.snippet))
         return hits
+    return regex_spans(edit.regex or "", source)
+
+
+REGEX_SECONDS = 5.0  # how long an op text regex may compile and search its file (lint, falsify mutants)
+REGEX_MEMORY = 1 << 30  # bytes of address space the process that searches it may use
+MAX_HITS = 10_000  # matches of a snippet or regex counted before the mutant is refused: it needs one
+
+# Run by a separate interpreter (-I -S: no site, no environment), which limits its own memory and CPU first.
+# re cannot be stopped from outside while it matches (a real-time timer only reaches the main thread, and lint,
+# falsify mutants' worker threads and a Ray worker all match elsewhere): a process can always be killed.
+_SEARCH = """\
+import json, re, resource, sys
+memory, seconds, most = (int(a) for a in sys.argv[1:4])
+resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
+request = json.load(sys.stdin)
+try:
+    pattern = re.compile(request["regex"], re.MULTILINE)
+except (re.error, OverflowError, RecursionError, ValueError, MemoryError, TypeError) as exc:
+    kind = "" if isinstance(exc, re.error) else f"{type(exc).__name__}: "
+    print(json.dumps({"error": f"{kind}{exc}"[:500]}))
+    sys.exit(0)
+spans = []
+for match in pattern.finditer(request["source"]):
+    if len(spans) == most:
+        print(json.dumps({"more": most}))
+        sys.exit(0)
+    spans.append(match.span())
+print(json.dumps({"spans": spans}))
+"""
+
+
+def regex_spans(regex: str, source: str) -> list[tuple[int, int]]:
+    """Every match's span of `regex` (re.MULTILINE) in `source`, found in a child process that is killed after
+    REGEX_SECONDS and may use at most REGEX_MEMORY: a regex that backtracks without end (`^(a|a)*$` on forty
+    a's and a `!`), one re refuses (`a{4294967295}` is an OverflowError, not re.error) or one that needs more
+    memory than that is a MutantSpecError naming it, never a hang or a traceback, in whichever thread asks."""
+    spans, error = _search(regex, source, REGEX_SECONDS, REGEX_MEMORY, MAX_HITS)
+    if error is not None:
+        raise MutantSpecError(error, "regex")
+    return list(spans)
+
+
+@functools.lru_cache(maxsize=64)  # lint and a run's preflight ask twice; a refusal is remembered too
+def _search(
+    regex: str, source: str, seconds: float, memory: int, most: int
+) -> tuple[tuple[tuple[int, int], ...], str | None]:
+    shown = regex if len(regex) <= 80 else regex[:77] + "..."
+    limits = (str(memory), str(math.ceil(seconds)), str(most))
     try:
-        pattern = re.compile(edit.regex or "", re.MULTILINE)
-    except re.error as exc:
-        raise MutantSpecError(f"regex does not compile: {exc}") from None
-    return _bounded_spans(pattern, source)
-
-
-REGEX_SECONDS = 5.0  # how long an op text regex may search its file (lint, falsify mutants)
-
-
-class _RegexTimedOut(Exception):
-    pass
-
-
-def _bounded_spans(pattern: re.Pattern[str], source: str) -> list[tuple[int, int]]:
-    """Every match's span, within REGEX_SECONDS: a regex that backtracks without end (`^(a|a)*$` on forty a's and a
-    `!`) is a MutantSpecError naming it, not a hang. re checks for signals while it matches, so a real-time timer
-    stops it; where one cannot be set (not the main thread, or SIGALRM or its timer already in use, as under a
-    pytest timeout plugin) the search runs unbounded, as before."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getitimer(signal.ITIMER_REAL)[0] > 0
-        or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None)
-    ):
-        return [m.span() for m in pattern.finditer(source)]
-
-    def expired(signum: int, frame: object) -> None:
-        raise _RegexTimedOut
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, REGEX_SECONDS)
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _SEARCH, *limits],
+            input=json.dumps({"regex": regex, "source": source}),
+            capture_output=True,
+            text=True,
+            timeout=seconds,
+        )
+    except subprocess.TimeoutExpired:  # subprocess.run killed it
+        return (), (
+            f"regex searched the file for over {seconds:g} s without finishing (it backtracks without end: "
+            f"simplify it): {shown!r}"
+        )
+    except OSError as exc:
+        return (), f"regex: cannot start a process to search with it: {exc.strerror}"
     try:
-        return [m.span() for m in pattern.finditer(source)]
-    except _RegexTimedOut:
-        raise MutantSpecError(
-            f"regex searched the file for over {REGEX_SECONDS:g} s without finishing (it backtracks without end: "
-            f"simplify it): {pattern.pattern!r}"
-        ) from None
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        answer = json.loads(done.stdout)
+    except ValueError:
+        why = (
+            f"killed by {signal.Signals(-done.returncode).name}"
+            if done.returncode < 0
+            else f"exit code {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1][:200]}"
+        )
+        return (), (
+            f"regex could not be searched within {seconds:g} s and {memory >> 20} MiB ({why}): {shown!r}"
+        )
+    if "error" in answer:
+        return (), f"regex does not compile: {answer['error']}"
+    if "more" in answer:
+        return (), _too_many("regex")
+    return tuple((int(a), int(b)) for a, b in answer["spans"]), None
+
+
+def _too_many(field: str) -> str:
+    return f"the {field} matches more than {MAX_HITS} places in the file; a mutant needs exactly one"
 
 
 def match_lines(source: str, edit: Edit, path: str = "<source>") -> dict[str, list[int]]:
@@ -346,7 +405,7 @@ def apply_text(source: str, edit: Edit, path: str = "<source>") -> Applied:
     if (edit.snippet is None) == (edit.regex is None):
         raise MutantSpecError("op text needs exactly one of snippet, regex")
     if edit.replacement is None:
-        raise MutantSpecError("op text needs a replacement")
+        raise MutantSpecError("op text needs a replacement", "replacement")
     hits = text_hits(source, edit)
     if len(hits) != 1:
         if edit.snippet is not None:
@@ -356,7 +415,10 @@ def apply_text(source: str, edit: Edit, path: str = "<source>") -> Applied:
     ((start, end),) = hits
     mutated = source[:start] + edit.replacement + source[end:]
     if mutated == source:
-        raise MutantSpecError("op text: the replacement equals the text it replaces")
+        raise MutantSpecError("op text: the replacement equals the text it replaces", "replacement")
+    if path.endswith(".py") and (error := python_parse_error(mutated)) is not None:
+        # a Python file that no longer parses is killed by an import error, not by a prediction
+        raise MutantSpecError(f"the mutated {path} does not parse as Python: {error}", "replacement")
     return Applied(source, mutated, _text_span(source, start, end), None)
 
 
