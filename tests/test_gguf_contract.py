@@ -153,3 +153,39 @@ def test_q4k_tensors_hold_the_f32_exports_tensors_in_its_layout(exports: dict[st
         layout_mismatches=len(mismatches),
         worst_rel_rmse=worst,
     )
+
+
+Q4K_PROMPT = np.random.default_rng(5).integers(0, 512, 75)  # a chunk of 64 and one of 11
+
+
+@pytest.fixture(scope="module")
+def checkpoint_q4k_logits(engine: Any) -> np.ndarray:
+    """The checkpoint's logits over Q4K_PROMPT, its projections quantized to Q4_K at load (once a module)."""
+    ref = engine.load_checkpoint(Path(engine.tiny_model_path()), weights="q4_k")
+    return np.asarray(ref.forward(Q4K_PROMPT, ref.new_state()), np.float64)
+
+
+@pytest.mark.falsifies("FALSIFY-GGUF-005")
+@pytest.mark.parametrize("weights", ["stored", "f32"])
+def test_the_q4k_export_reads_back_to_the_checkpoints_q4k_model(
+    engine: Any, exports: dict[str, Path], checkpoint_q4k_logits: np.ndarray, weights: str
+) -> None:
+    config = json.loads((Path(engine.tiny_model_path()) / "config.json").read_text())
+    back = engine.load_checkpoint(exports["q4_k"], weights=weights)
+    got = np.asarray(back.forward(Q4K_PROMPT, back.new_state()), np.float64)
+    n_red = max(  # hf-golden-v1's N
+        config["hidden_size"],
+        config["intermediate_size"],
+        config["linear_num_value_heads"] * config["linear_value_head_dim"],
+        config["num_attention_heads"] * config["head_dim"],
+        len(Q4K_PROMPT),
+    )
+    falsify.check(
+        "FALSIFY-GGUF-005",
+        max_abs_diff=float(np.abs(got - checkpoint_q4k_logits).max()),
+        logit_scale=float(np.abs(checkpoint_q4k_logits).max()),
+        n_red=n_red,
+        n_layers=int(config["num_hidden_layers"]),
+        tokens=len(Q4K_PROMPT),
+        weights=weights,
+    )
