@@ -315,11 +315,19 @@ HISTORIES = [
     ("diverged", 4, 3),  # the history runs two tokens past the prompt and differs from it at 4
     ("diverged", 11, 1),  # they differ at the prompt's last token
     ("longer", 0, 1),
+    ("held", 0, 3),  # the prompt is all the session holds, its last tokens decoded there (not prefilled)
 ]
 
 
 def run_after(engine: Any, model: Any, history: str, at: int, earlier_tokens: int) -> dict[str, Any]:
     """One case of HISTORIES on a fresh session: the earlier run, then the measured one (2 tokens, greedy)."""
+    return session_after(engine, model, history, at, earlier_tokens)[0]
+
+
+def session_after(
+    engine: Any, model: Any, history: str, at: int, earlier_tokens: int
+) -> tuple[dict[str, Any], list[int], list[int]]:
+    """run_after's observables, the measured run's prompt and the tokens it emitted."""
     vocab = model.config.vocab_size
     base = tokens_of([(7919 * i + 104729 * at + 13) for i in range(12)], model)
     proxy = CountingModel(model)
@@ -339,15 +347,18 @@ def run_after(engine: Any, model: Any, history: str, at: int, earlier_tokens: in
         held = [*earlier, *ran.tokens[:-1]]  # what the session holds after it (docs/engine-protocol.md §4.4)
         if history == "chat":  # the next turn: the reply, then more
             prompt = [*held, *ran.tokens[-1:], *base[:3]]
+        elif history == "held":
+            prompt = held
     proxy.reset()
-    session.generate(prompt, 2, cancel=CountingCancel.never())
+    run = session.generate(prompt, 2, cancel=CountingCancel.never())
     calls = proxy.calls
-    return {
+    observed = {
         "start": calls[0].start if calls else len(held),
         "held_len": len(held),
         "common": common_prefix(held, prompt),
         "prompt_len": len(prompt),
     }
+    return observed, prompt, list(run.tokens)
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-012")
@@ -366,6 +377,21 @@ def test_a_run_reuses_only_the_prefix_its_prompt_shares_with_the_session(engine:
         )
     for case in HISTORIES:
         falsify.check("FALSIFY-SERVE-CANCEL-012", **run_after(engine, model, *case))
+
+
+@pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-013")
+def test_a_run_on_a_used_session_emits_what_a_fresh_session_emits(engine: Any, model: Any) -> None:
+    for case in HISTORIES:
+        observed, prompt, tokens = session_after(engine, model, *case)
+        fresh = engine.session(model).generate(prompt, 2, cancel=CountingCancel.never())
+        falsify.check(
+            "FALSIFY-SERVE-CANCEL-013",
+            tokens=tokens,
+            fresh_tokens=list(fresh.tokens),
+            history=case[0],
+            held_len=observed["held_len"],
+            prompt_len=observed["prompt_len"],
+        )
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-CANCEL-009")
