@@ -17,15 +17,17 @@ from falsify import boundedjson, safefile
 from falsify.contracts.corpus import contract_dirs, load_corpus
 from falsify.engines.loading import check_engine, engine_forms, resolve_engine
 from falsify.evidence import (
+    JUNIT,
     MATRIX,
     MUTATION_REPORT,
     MUTMUT_REPORT,
     REPORT_HTML,
     REPORT_MD,
+    RESULTS,
     SIGNATURES,
     STATEMENTS,
 )
-from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants
+from falsify.evidence.collect import find_mutation_report, read_gate_dir, run_gate, run_mutants, same_engine
 from falsify.evidence.digests import scrub
 from falsify.evidence.mutation import load_report
 from falsify.evidence.render import FIGURE_TITLES
@@ -40,6 +42,7 @@ from falsify.evidence.statements import (
 )
 from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, source_files, tree_digests
 from falsify.evidence.verify import MAX_JSON_BYTES, verify
+from falsify.harness.proven import report_engine
 from falsify.project import find_project
 
 HELP = {
@@ -80,9 +83,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: s
         return
     if name == "keygen":
         k = sub.add_parser("keygen", help=HELP["keygen"], description=HELP["keygen"], epilog=EXITS["keygen"])
-        k.add_argument(
-            "path", type=Path, help="the private key's file (written mode 0600; never overwritten)"
-        )
+        k.add_argument("path", help="the private key's file (written mode 0600; never overwritten)")
         return
     if name == "sign":
         g = sub.add_parser("sign", help=HELP["sign"], description=HELP["sign"], epilog=EXITS["sign"])
@@ -146,7 +147,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_keygen(args: argparse.Namespace) -> int:
-    private, public = keygen(args.path)
+    if not args.path:  # Path("") is ".", the directory: say what was typed
+        raise EvidenceError("keygen: an empty path; give a file name for the private key (e.g. evidence-key)")
+    if args.path.endswith("/"):  # Path("a/") is "a": a file would be written where a directory was meant
+        raise EvidenceError(f"{args.path}: a directory, not a file name for the private key")
+    private, public = keygen(Path(args.path))
     print(f"keygen: private key {private} (keep it secret), public key {public} (give it to verifiers)")
     return 0
 
@@ -203,25 +208,30 @@ def run_evidence(args: argparse.Namespace) -> int:
     inputs = Inputs.of(project, args.engine, sources)
     if not source_files(root, sources):
         raise EvidenceError(f"no engine source file matches {' '.join(sources)} under {root} (see --sources)")
+    # A report given or found is read (and its engine checked) before anything runs: a bad one is exit 2 at once.
+    report_path = mutants_report or (find_mutation_report(from_dir) if from_dir else None)
+    report, reason = None, ""
+    if report_path:
+        report = load_report(report_path)
+        same_engine(report_engine(report), report_path, "the mutants ran", args.engine)
     before = tree_digests(root, inputs)
     if from_dir:
         results, junit = read_gate_dir(from_dir)
+        made_on = results.get("engine")
+        same_engine(
+            made_on if isinstance(made_on, str) else None, from_dir / RESULTS, "the gate ran", args.engine
+        )
         gate_note = f"gate results read from {from_dir}"
     else:
         results, junit, code = run_gate(project, args.engine, extra, root / ".falsify" / "evidence-gate")
         gate_note = f"gate exited {code}"
-    report, reason = None, ""
-    found = find_mutation_report(from_dir) if from_dir else None
-    if mutants_report:
-        report = load_report(mutants_report)
-    elif found:
-        report = load_report(found)
-    elif args.no_mutants:
-        reason = "skipped with --no-mutants"
-    elif from_dir:
-        reason = f"no {MUTATION_REPORT} in the --from directory and no --mutants-report given"
-    else:
-        report, reason = run_mutants(project, args.engine, root / ".falsify" / "evidence-mutants")
+    if report_path is None:
+        if args.no_mutants:
+            reason = "skipped with --no-mutants"
+        elif from_dir:
+            reason = f"no {MUTATION_REPORT} in the --from directory and no --mutants-report given"
+        else:
+            report, reason = run_mutants(project, args.engine, root / ".falsify" / "evidence-mutants")
     corpus = load_corpus(contract_dirs(project) + ([project.mutants] if project.mutants.is_dir() else []))
     if corpus.problems:
         raise EvidenceError(
@@ -229,7 +239,7 @@ def run_evidence(args: argparse.Namespace) -> int:
         )
     run = RunResults(
         normalise_results(results, root, inputs.contracts),
-        normalise_junit(junit, root),
+        normalise_junit(junit, root, str(from_dir / JUNIT) if from_dir else JUNIT),
         report,
         scrub(reason, root),
         mutmut_report,

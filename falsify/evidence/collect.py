@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify import safefile
+from falsify.boundedjson import show
 from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS
 from falsify.evidence.mutation import load_report
 from falsify.evidence.tree import EvidenceError
@@ -77,3 +78,14 @@ def run_mutants(project: Project, engine: str, out: Path) -> tuple[dict[str, Any
     if report is None:
         return None, f"`falsify mutants` exited {proc.returncode} without writing {MUTATION_REPORT}"
     return load_report(report), ""
+
+
+def same_engine(made_on: str | None, path: Path, what: str, engine: str) -> None:
+    """Refuse results or a mutant report made on another engine than this evidence run's: they would be claimed for
+    an engine they say nothing about. A file that records no engine (older or other tools' reports) is taken as
+    it is."""
+    if made_on is not None and made_on != engine:
+        raise EvidenceError(
+            f"{path}: {what} on engine {show(made_on)}, this evidence run is on {show(engine)}; "
+            f"pass --engine {show(made_on)} or run it again on this engine"
+        )

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify import safefile
+from falsify.boundedjson import Field
 from falsify.contracts.corpus import Corpus, Mutant
 from falsify.evidence.digests import canonical, scrub, sha256_bytes
 from falsify.evidence.tree import EvidenceError
@@ -60,8 +61,45 @@ def load_report(path: Path) -> dict[str, Any]:
         data = safefile.read_json(path, limit=MAX_REPORT, what="mutation report")
     except safefile.FileLayerError as exc:
         raise EvidenceError(f"not a readable mutation report: {exc}") from None
+    return check_report(data, str(path))
+
+
+def check_report(data: Any, what: str) -> dict[str, Any]:
+    """DATA when it is a Stryker report with every field the evidence reads of the type it reads it as (the
+    report schema's types: ids, statuses, reasons and test ids are strings); else a FieldError naming WHAT (the
+    file) and the field."""
+    doc = Field(what)
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict) or "schemaVersion" not in data:
-        raise EvidenceError(f"{path}: not a Stryker mutation-testing report (needs schemaVersion and files)")
+        doc.fail("not a Stryker mutation-testing report (needs schemaVersion and files)")
+    doc.get(data, "schemaVersion", "str")
+    doc.get(data, "projectRoot", "str")
+    config = doc.get(data, "config", "dict", {})
+    doc["config"].get(config, "engine", "str", null=True)
+    for name, entry in data["files"].items():
+        at = doc["files"][name]
+        at.need_dict(entry)
+        at.get(entry, "source", "str")
+        for i, mutant in enumerate(at.get(entry, "mutants", "list", [])):
+            m = at["mutants"][i]
+            m.need_dict(mutant)
+            for key in ("id", "status"):
+                if key not in mutant:
+                    m.fail(f"no {key}")
+                m.get(mutant, key, "str")
+            for key in ("statusReason", "replacement", "mutatorName", "description"):
+                m.get(mutant, key, "str")
+            for key in _SETS:
+                m.get(mutant, key, "str_list", null=True)
+    for name, test_file in (doc.get(data, "testFiles", "dict", null=True) or {}).items():
+        at = doc["testFiles"][name]
+        at.need_dict(test_file)
+        for i, test in enumerate(at.get(test_file, "tests", "list", [])):
+            t = at["tests"][i]
+            t.need_dict(test)
+            if "id" not in test:
+                t.fail("no id")
+            t.get(test, "id", "str")
+            t.get(test, "name", "str")
     return data
 
 

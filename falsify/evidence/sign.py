@@ -96,6 +96,11 @@ def _load_key(path: Path, what: str, parse: Callable[[bytes], Any], form: str, k
 def keygen(path: Path) -> tuple[Path, Path]:
     """Write a new Ed25519 key pair: `path` (private, PKCS#8 PEM, mode 0600) and `path`.pub (public)."""
     serialization, ed25519 = _crypto()
+    if path.name in ("", ".", "..") or os.path.isdir(path):
+        raise EvidenceError(
+            f"{path}: a directory, not a file name for the private key "
+            "(e.g. `falsify keygen keys/evidence` writes keys/evidence and keys/evidence.pub)"
+        )
     public_path = path.with_name(path.name + ".pub")
     for p in (path, public_path):
         if os.path.lexists(p):  # a dangling symlink too: nothing is ever written through one
@@ -139,15 +144,63 @@ def envelopes(statements: bytes, private_key: Any) -> bytes:
 
 
 def sign_bundle(bundle: Path, private_key: Any) -> Path:
-    """Write the bundle's signatures file from its statements file."""
+    """Write the bundle's signatures file from its statements file, once that is checked to be one
+    (check_statements): a signature vouches for what it covers, so nothing else is ever signed."""
     statements = bundle / STATEMENTS
     target = bundle / SIGNATURES
     try:
         data = safefile.read_bytes(statements, limit=MAX_JSON_BYTES, what="statements file")
+        check_statements(data, str(statements))
         safefile.replace(target, envelopes(data, private_key), what="signatures file")
     except safefile.FileLayerError as exc:
         raise EvidenceError(str(exc)) from None
     return target
+
+
+def check_statements(data: bytes, what: str) -> None:
+    """DATA is a statements file as `falsify evidence` writes it, else one EvidenceError line naming WHAT and the
+    line: three newline-terminated lines, each an in-toto Statement v1 (verify's STATEMENT_SCHEMA) of the
+    test-result, contract-evidence and release-report types in that order, the release report's `statements`
+    recording the sha256 of lines 1 and 2 as they are (an edited line no longer matches)."""
+    from falsify.evidence import CONTRACT_EVIDENCE_TYPE, RELEASE_REPORT_TYPE, TEST_RESULT_TYPE
+    from falsify.evidence.verify import shape_problems
+
+    expected = (TEST_RESULT_TYPE, CONTRACT_EVIDENCE_TYPE, RELEASE_REPORT_TYPE)
+    lines = data.split(b"\n")
+    complete, empty = len(lines) - 1, b"" in lines[:-1]
+    if lines[-1] != b"" or complete != len(expected) or empty:
+        found = f"{complete} line(s)" + (", one of them empty" if empty else "")
+        found += " and one not terminated by a newline" if lines[-1] else ""
+        raise EvidenceError(
+            f"{what}: not a statements file of `falsify evidence` ({len(expected)} newline-terminated "
+            f"lines expected, found {found})"
+        )
+    statements = []
+    for i, (line, kind) in enumerate(zip(lines, expected, strict=False)):
+        where = f"{what}: line {i + 1}"
+        try:
+            statement = boundedjson.loads(line, what=where, max_bytes=MAX_JSON_BYTES)
+        except boundedjson.JsonFormatError as exc:
+            raise EvidenceError(str(exc)) from None
+        problems = shape_problems(statement)
+        if problems:
+            raise EvidenceError(f"{where}: not an in-toto Statement v1: {boundedjson.show(problems[0], 160)}")
+        if statement["predicateType"] != kind:
+            raise EvidenceError(
+                f"{where}: predicateType {boundedjson.show(statement['predicateType'])}, expected {kind}"
+            )
+        statements.append(statement)
+    release = boundedjson.Field(what, "line 3 predicate")
+    recorded = release.get(statements[2]["predicate"], "statements", "list", [])
+    for i, line in enumerate(lines[:2]):
+        entry = release["statements"][i]
+        record = entry.need_dict(recorded[i] if i < len(recorded) else None)
+        digest = entry["digest"].need_dict(record.get("digest"))
+        if entry["digest"]["sha256"].need_str(digest.get("sha256")) != hashlib.sha256(line).hexdigest():
+            raise EvidenceError(
+                f"{what}: line {i + 1} is not the statement the release report (line 3) records: edited since "
+                "`falsify evidence` wrote it (run `falsify verify` on the bundle)"
+            )
 
 
 def _name(i: int) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from falsify import evidence as layout  # the bundle's file names and statement types
 from falsify.contracts.corpus import Corpus
 from falsify.errors import FormulaError
+from falsify.evidence import junit
 from falsify.evidence.digests import (
     canonical,
     descriptor,
@@ -28,7 +29,7 @@ from falsify.evidence.digests import (
     sha256_bytes,
     sha256_file,
 )
-from falsify.evidence.mutation import MutantOutcome, normalise, outcomes
+from falsify.evidence.mutation import MutantOutcome, check_report, normalise, outcomes
 from falsify.evidence.render import render_reports
 from falsify.evidence.tree import (
     EvidenceError,
@@ -43,7 +44,7 @@ from falsify.evidence.tree import (
 )
 from falsify.evidence.verdict import decide, junit_totals
 from falsify.harness.proven import PredictionProof, proofs
-from falsify.harness.results import PredictionResult, per_prediction, test_counts
+from falsify.harness.results import PredictionResult, check_results, per_prediction, test_counts
 from falsify.project import ProjectError, read_toml, subtable
 
 # Packages whose versions the environment block names: the harness, the engine's numerics, the oracles. These are
@@ -90,13 +91,11 @@ def normalise_results(results: dict[str, Any], root: Path, contracts: str) -> di
     return result
 
 
-def normalise_junit(xml: bytes, root: Path) -> bytes:
+def normalise_junit(xml: bytes, root: Path, what: str = layout.JUNIT) -> bytes:
     """Drop what differs between two runs of the same tree: time, timestamp, hostname, hypothesis' statistics;
-    make paths relative."""
-    try:
-        tree = ET.fromstring(xml)
-    except ET.ParseError as exc:
-        raise EvidenceError(f"{layout.JUNIT}: not XML ({exc})") from None
+    make paths relative. WHAT names the file in an error (falsify.evidence.junit: bounded, no DOCTYPE)."""
+    tree = junit.parse(xml, what)
+    junit.totals_of(tree, what)  # the counts the verdict reads: refused here, naming the file given
     for element in tree.iter():
         for key in ("time", "timestamp", "hostname"):
             element.attrib.pop(key, None)
@@ -154,6 +153,14 @@ def build(
     generated_at, so a bundle verifies after later commits.
     weights: the weights' descriptors and note as `verify` found them from the bundle's names; None locates them
     through the engine (`evidence`)."""
+    # `verify` builds from the bundle's own files: every field read below is type-checked first, by file and field.
+    check_results(run.results, layout.RESULTS)
+    for name, raw in (
+        (layout.MUTATION_REPORT, run.mutation_report),
+        (layout.MUTMUT_REPORT, run.mutmut_report),
+    ):
+        if raw is not None:
+            check_report(raw, name)
     files: dict[str, bytes] = {layout.JUNIT: run.junit, layout.RESULTS: pretty(run.results).encode()}
     # Outcomes come from the report as the bundle keeps it, so that `verify` reads exactly what `evidence` read.
     report = normalise(run.mutation_report, root) if run.mutation_report is not None else None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify import safefile
+from falsify.boundedjson import Field
 from falsify.contracts.corpus import YAML_SUFFIXES
 from falsify.engines.loading import EngineError, load_engine
 from falsify.errors import FalsifyError
@@ -59,17 +60,19 @@ class Inputs:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Inputs:
-        try:
-            return cls(
-                str(data["engine"]),
-                tuple(map(str, data["sources"])),
-                str(data["contracts"]),
-                str(data["mutants"]),
-                str(data["tests"]),
-            )
-        except (KeyError, TypeError) as exc:
-            raise EvidenceError(f"contract-evidence predicate: `inputs` is missing {exc}") from None
+    def from_json(cls, data: Any) -> Inputs:
+        at = Field("contract-evidence statement", "predicate.inputs")
+        inputs = at.need_dict(data)
+        missing = [key for key in ("engine", "sources", "contracts", "mutants", "tests") if key not in inputs]
+        if missing:
+            at.fail(f"no {', '.join(missing)}")
+        return cls(
+            at["engine"].need_str(inputs["engine"]),
+            tuple(at["sources"].need_str_list(inputs["sources"])),
+            at["contracts"].need_str(inputs["contracts"]),
+            at["mutants"].need_str(inputs["mutants"]),
+            at["tests"].need_str(inputs["tests"]),
+        )
 
     @classmethod
     def of(cls, project: Project, engine: str, sources: tuple[str, ...]) -> Inputs:

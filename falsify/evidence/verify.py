@@ -19,6 +19,7 @@ import jsonschema
 
 from falsify import boundedjson, safefile
 from falsify.contracts.corpus import contract_dirs, load_corpus
+from falsify.errors import FalsifyError
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
     JUNIT,
@@ -44,6 +45,7 @@ from falsify.evidence.tree import (
     recorded_weights,
     source_files,
 )
+from falsify.harness.proven import report_engine
 from falsify.project import find_project
 
 MAX_JSON_BYTES = 256 << 20  # a bundle's statements, results and reports are parsed whole: bounded first
@@ -128,7 +130,8 @@ def read_statements(bundle: Path) -> tuple[list[bytes], dict[str, dict[str, Any]
             raise EvidenceError(str(exc)) from None
         problems = shape_problems(stmt)
         if problems:
-            raise EvidenceError(f"{STATEMENTS} line {i}: not an in-toto Statement v1: {'; '.join(problems)}")
+            shown = "; ".join(" ".join(p.split())[:160] for p in problems[:3])
+            raise EvidenceError(f"{STATEMENTS} line {i}: not an in-toto Statement v1: {shown}")
         if stmt["predicateType"] in by_type:
             raise EvidenceError(f"{STATEMENTS} line {i}: a second {stmt['predicateType']} statement")
         by_type[stmt["predicateType"]] = stmt
@@ -277,6 +280,15 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
     junit = _bytes(junit_path, v)
     if junit is None:
         return
+    # Results and mutants of another engine say nothing about the one the evidence names (`evidence` refuses them).
+    made_on = {RESULTS: results.get("engine") if isinstance(results, dict) else None}
+    made_on[MUTATION_REPORT] = report_engine(report) if isinstance(report, dict) else None
+    for name, engine in made_on.items():
+        if isinstance(engine, str) and engine != inputs.engine:
+            v.problems.append(
+                f"{name}: made on engine {boundedjson.show(engine)}, the evidence names engine "
+                f"{boundedjson.show(inputs.engine)}"
+            )
     run = RunResults(results, junit, report, ev["mutants"].get("reason", ""), mutmut_report, matrix)
     try:
         rebuilt = build(
@@ -299,7 +311,12 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
                 ev["weights"] if isinstance(ev.get("weights"), str) else "",
             ),
         )
-    except (EvidenceError, KeyError, ValueError, TypeError, AttributeError, ET.ParseError) as exc:
+    except (
+        FalsifyError
+    ) as exc:  # a results file or report of the wrong shape: the message names file and field
+        v.problems.append(f"the bundle cannot be rebuilt from its results: {exc}")
+        return
+    except (KeyError, ValueError, TypeError, AttributeError, ET.ParseError) as exc:
         v.problems.append(f"{STATEMENTS}: the bundle cannot be rebuilt from its results ({exc})")
         return
     fresh = [json.loads(line) for line in rebuilt[STATEMENTS].splitlines()]

@@ -9,6 +9,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from falsify.boundedjson import Field, show
 from falsify.contracts.corpus import Corpus
 
 
@@ -132,7 +133,63 @@ def load_results(path: Path) -> dict[str, Any]:
     data = safefile.read_json(path, limit=MAX_RESULTS, what="results file")
     if not isinstance(data, dict):
         raise FalsifyError(f"{path}: not a results file (expected a JSON object)")
-    return data
+    return check_results(data, str(path))
+
+
+# What a test's record says happened to it (the plugin's outcome field); anything else is not a results file.
+TEST_OUTCOMES = ("passed", "failed", "error", "skipped", "not run", "timeout")
+
+
+def check_results(data: Any, what: str) -> dict[str, Any]:
+    """DATA when it has the shape the plugin writes, every field this module and the evidence read of the type
+    they read it as; else a FieldError naming WHAT (the file) and the field. Absent optional fields are fine
+    (results from older versions lack some)."""
+    doc = Field(what)
+    results = doc.need_dict(data)
+    doc.get(results, "engine", "str", null=True)
+    doc.get(results, "binding_problems", "str_list")
+    for i, item in enumerate(doc.get(results, "collected", "list", [])):
+        entry = doc["collected"][i].need_dict(item)
+        doc["collected"][i].get(entry, "nodeid", "str")
+        doc["collected"][i].get(entry, "predictions", "str_list")
+        doc["collected"][i].get(entry, "path", "str", null=True)
+    counts = doc.get(results, "counts", "dict", {})
+    for key, value in counts.items():
+        doc["counts"][key].need_int(value)
+    tests = doc.get(results, "tests", "dict", {})
+    for nid, record in tests.items():
+        _check_record(doc["tests"][nid], record)
+    return results
+
+
+def _check_record(at: Field, value: Any) -> None:
+    record = at.need_dict(value)
+    at.get(record, "predictions", "str_list")
+    outcome = at.get(record, "outcome", "str")
+    if outcome is not None and outcome not in TEST_OUTCOMES:
+        at["outcome"].fail(f"{show(outcome)} is not one of {', '.join(TEST_OUTCOMES)}")
+    for key in ("message", "exception", "where", "not_applicable"):
+        at.get(record, key, "str")
+    at.get(record, "duration", "number")
+    at.get(record, "assertion", "bool")
+    at.get(record, "cannot_show", "dict")
+    for pid, reason in at.get(record, "not_applicable_by", "dict", {}).items():
+        at["not_applicable_by"][pid].need_str(reason)
+    for pid, ob in at.get(record, "observations", "dict", {}).items():
+        where = at["observations"][pid]
+        summary = where.need_dict(ob)
+        for key in ("checks", "held"):
+            if key not in summary:
+                where.fail(f"no {key} count")
+        checks = where.get(summary, "checks", "int")
+        held = where.get(summary, "held", "int")
+        vacuous = where.get(summary, "vacuous", "int", 0)
+        if not vacuous <= held <= checks:
+            where.fail(f"vacuous {vacuous} <= held {held} <= checks {checks} does not hold")
+        where.get(summary, "corners", "str_list")
+        where.get(summary, "failed_message", "str", null=True)
+        where.get(summary, "failed_values", "dict", null=True)
+        where.get(summary, "last_values", "dict", null=True)
 
 
 def per_prediction(corpus: Corpus, results: dict[str, Any]) -> list[PredictionResult]:
