@@ -253,6 +253,11 @@ def run_gate(args: argparse.Namespace) -> int:
         what = "a symlink" if os.path.islink(args.junit) else "not a regular file"
         raise FalsifyError(f"--junit {args.junit}: {what}; give a new path or a regular file")
     project = find_project()
+    from falsify.harness.gate import check_environment, timeouts
+
+    # before an engine is started: HYPOTHESIS_PROFILE, the FALSIFY_* numbers, [tool.falsify.gate]
+    check_environment()
+    timeouts(project, args.test_timeout, args.timeout)
     engine = engine_spec(args, project, probe=True)
     out = args.out if args.out.is_absolute() else project.root / args.out
     report = args.mutants_report

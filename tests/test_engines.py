@@ -208,15 +208,16 @@ def test_install_hints_name_packages_by_the_module_that_was_missing() -> None:
         (None, 7.0),
         ("2.5", 2.5),
         ("x", "FALSIFY_TEST_SECONDS='x' is not a number"),
-        ("0", "FALSIFY_TEST_SECONDS='0' must be a finite number > 0"),
-        ("nan", "FALSIFY_TEST_SECONDS='nan' must be a finite number > 0"),
-        ("inf", "FALSIFY_TEST_SECONDS='inf' must be a finite number > 0"),
+        ("0", "FALSIFY_TEST_SECONDS='0' must be a number of seconds from 0.01 to 604800"),
+        ("nan", "FALSIFY_TEST_SECONDS='nan' must be a number of seconds from 0.01 to 604800"),
+        ("inf", "FALSIFY_TEST_SECONDS='inf' must be a number of seconds from 0.01 to 604800"),
+        ("1e308", "FALSIFY_TEST_SECONDS='1e308' must be a number of seconds from 0.01 to 604800"),
     ],
 )
 def test_an_adapters_number_setting_is_its_default_a_positive_number_or_its_named_error(
     monkeypatch: pytest.MonkeyPatch, raw: str | None, expected: float | str
 ) -> None:
-    from falsify.engines.env_settings import positive_number
+    from falsify.engines.env_settings import seconds as positive_number
 
     class SettingError(Exception):
         pass

@@ -1,22 +1,87 @@
-"""Numbers an engine adapter reads from the environment (FALSIFY_WIRE_TIMEOUT, FALSIFY_WIRE_MAX_LINE,
-FALSIFY_OPENAI_TIMEOUT): unset means the default; anything but a finite number > 0 is the adapter's own named
-error, `NAME='value' ...`, never a float() traceback."""
+"""Numbers falsify reads from the environment: FALSIFY_WIRE_TIMEOUT, FALSIFY_OPENAI_TIMEOUT and FALSIFY_TEST_TIMEOUT
+(seconds), FALSIFY_WIRE_MAX_LINE (bytes), FALSIFY_LLAMACPP_THREADS and FALSIFY_TORCH_THREADS (threads). Unset or
+empty means the default; anything else must be a finite number in the variable's range, else the caller's named
+error, `NAME='value' must be ...`, one line: never a float() traceback, nor the OverflowError 1e308 seconds gave
+a wait, nor a thread count of a million."""
 
 from __future__ import annotations
 
 import math
 import os
 
+MIN_SECONDS = 0.01  # as the command line's timeouts (falsify/subcommand.py): shorter ends everything at once
+MAX_SECONDS = 7 * 24 * 3600  # a week: longer is a typo, and past ~1e9 s a wait overflows
+MAX_THREADS = 1024
+WIRE_TIMEOUT = 30.0  # seconds the harness waits for each message of a wire engine
+WIRE_MAX_LINE = 16 * 2**20  # bytes in one wire message line
+OPENAI_TIMEOUT = 300.0  # seconds one request to an OpenAI-compatible server may take, all of it
 
-def positive_number(name: str, default: float, error: type[Exception]) -> float:
-    """The environment variable NAME as a finite float > 0; DEFAULT when unset; ERROR naming it otherwise."""
+
+def _raw(name: str) -> str | None:
     raw = os.environ.get(name)
+    return None if raw is None or raw.strip() == "" else raw
+
+
+def seconds(name: str, default: float, error: type[Exception], *, zero_is_none: bool = False) -> float:
+    """NAME as seconds from MIN_SECONDS to MAX_SECONDS (or 0, "no limit", with `zero_is_none`); DEFAULT unset."""
+    raw = _raw(name)
     if raw is None:
         return default
+    value = _number(name, raw, error)
+    if value == 0 and zero_is_none:
+        return 0.0
+    if not math.isfinite(value) or not MIN_SECONDS <= value <= MAX_SECONDS:
+        low = "0 (no limit) or " if zero_is_none else ""
+        raise error(f"{name}={raw!r} must be {low}a number of seconds from {MIN_SECONDS:g} to {MAX_SECONDS}")
+    return value
+
+
+def whole_number(
+    name: str, default: int, error: type[Exception], *, low: int, high: int, unit: str = ""
+) -> int:
+    """NAME as a whole number from LOW to HIGH; DEFAULT when unset."""
+    raw = _raw(name)
+    if raw is None:
+        return default
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or not low <= int(text) <= high:
+        raise error(f"{name}={raw!r} must be a whole number{unit} from {low:,} to {high:,}")
+    return int(text)
+
+
+def _number(name: str, raw: str, error: type[Exception]) -> float:
     try:
-        value = float(raw)
+        return float(raw)
     except ValueError:
         raise error(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise error(f"{name}={raw!r} must be a finite number > 0")
-    return value
+
+
+# Each variable's reader, with its default and range, for the adapter that reads it and for check_all.
+def wire_timeout(error: type[Exception]) -> float:
+    return seconds("FALSIFY_WIRE_TIMEOUT", WIRE_TIMEOUT, error)
+
+
+def wire_max_line(error: type[Exception]) -> int:
+    return whole_number("FALSIFY_WIRE_MAX_LINE", WIRE_MAX_LINE, error, low=1024, high=2**30, unit=" of bytes")
+
+
+def openai_timeout(error: type[Exception]) -> float:
+    return seconds("FALSIFY_OPENAI_TIMEOUT", OPENAI_TIMEOUT, error)
+
+
+def test_timeout(error: type[Exception]) -> float:
+    return seconds("FALSIFY_TEST_TIMEOUT", 0.0, error, zero_is_none=True)  # the plugin's, per falsifier
+
+
+def threads(name: str, error: type[Exception]) -> int:
+    return whole_number(name, 1, error, low=1, high=MAX_THREADS, unit=" of threads")
+
+
+def check_all(error: type[Exception]) -> None:
+    """Every FALSIFY_* number, checked before a run starts: the first bad one is ERROR naming it."""
+    wire_timeout(error)
+    wire_max_line(error)
+    openai_timeout(error)
+    test_timeout(error)
+    threads("FALSIFY_LLAMACPP_THREADS", error)
+    threads("FALSIFY_TORCH_THREADS", error)

@@ -83,7 +83,18 @@ def resolve_engine(option: str | None, configured: str | None, where: str = "[to
             f'no engine under test: pass --engine module:factory, set {ENV}, or add engine = "module:factory" '
             f"to {where}"
         )
+    check_spec(spec)
     return spec
+
+
+def check_spec(spec: str) -> None:
+    """An EngineError naming the spec when it breaks the syntax of every engine form (falsify/engines/specs.py)."""
+    from falsify.engines.specs import spec_problem
+
+    problem = spec_problem(spec, tuple(REGISTERED))
+    if problem:
+        shown = spec if len(spec) <= 200 else f"{spec[:120]}…({len(spec):,} characters)"
+        raise EngineError(f"engine {shown!r}: {problem}")
 
 
 @contextmanager
@@ -108,6 +119,7 @@ def is_openai(spec: str) -> bool:
 
 
 def load_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
+    check_spec(spec)
     if is_openai(spec):
         from falsify.engines.adapters.openai import OpenAIEngine
 
@@ -219,20 +231,18 @@ def probe_wire(spec: str) -> None:
     `http://` opens a TCP connection to its port (a running server is not sent `initialize` twice, nor `exit`).
     An engine that cannot start is then one line and exit 2, not an ERROR in every row. An engine that starts
     and later fails is still judged in the run: each prediction it touches is an ERROR naming the failure."""
+    check_spec(spec)  # http://[::1 was urlsplit's ValueError traceback here
     if spec.startswith("http://"):
         import socket
         from urllib.parse import urlsplit
 
         parts = urlsplit(spec)
-        try:
-            host, port = parts.hostname, parts.port
-        except ValueError as exc:  # a port that is not a number, or out of range
-            raise EngineError(f"engine {spec!r}: {exc}") from None
+        host, port = parts.hostname, parts.port
         if not host or port is None:
             raise EngineError(f"engine URL {spec!r}: expected http://HOST:PORT")
         try:
             socket.create_connection((host, port), timeout=10).close()
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:  # UnicodeError: a host name idna cannot encode
             raise EngineError(f"engine {spec!r}: cannot connect to {host}:{port}: {exc}") from None
         return
     if spec.startswith("exec:"):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from falsify.safefile import outside_problem
+
 MARKER = "falsifies"
 MAX_SOURCE = 16 * 2**20  # bytes of a test file scanned for the marker
 
@@ -61,6 +63,16 @@ class UnmarkedModules:
     def _arg_paths(self) -> list[Path]:
         where = self.config.invocation_params.dir
         return [Path(where, arg.split("::")[0]).resolve() for arg in self.config.args]
+
+
+def link_out(path: Path, project_root: Path) -> str | None:
+    """Why `path` must not be collected: it is a link out of the project (a pack's falsifier: out of the installed
+    packs' directory), or lies below one; None when it resolves inside."""
+    from falsify.contracts.packs import root as packs_root
+
+    packs = Path(os.path.abspath(packs_root()))
+    root = packs if Path(os.path.abspath(path)).is_relative_to(packs) else project_root
+    return outside_problem(root, path)
 
 
 def _read_text(path: Path) -> str | None:

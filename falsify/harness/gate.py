@@ -21,9 +21,10 @@ from pathlib import Path
 from falsify import safefile
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
+from falsify.engines.env_settings import check_all
 from falsify.errors import FalsifyError
 from falsify.harness.command import falsifier_args, falsifier_dirs
-from falsify.harness.draws import hypothesis_line, seeded
+from falsify.harness.draws import chosen_profile, hypothesis_line, register_profiles, seeded
 from falsify.harness.proven import (
     PredictionProof,
     Proof,
@@ -46,6 +47,7 @@ from falsify.project import Project, ProjectError, read_toml, subtable
 from falsify.subcommand import seconds_problem
 from falsify.table import table
 
+GATE_KEYS = ("test_timeout", "timeout")  # [tool.falsify.gate]
 DEFAULT_TEST_TIMEOUT = 900.0  # seconds per falsifier; [tool.falsify.gate] test_timeout or --test-timeout
 DEFAULT_GATE_TIMEOUT = (
     5400.0  # seconds for the whole run (CI's own budget); [tool.falsify.gate] timeout or --timeout
@@ -179,6 +181,12 @@ def timeouts(project: Project, test: float | None, whole: float | None) -> tuple
         ProjectError
     ):  # find_project read the same file a moment ago; a file changed since keeps the defaults
         table = {}
+    unknown = sorted(set(table) - set(GATE_KEYS))
+    if unknown:  # as [tool.falsify] and [tool.falsify.mutmut] name theirs: a typo is not a silent default
+        raise FalsifyError(
+            f"{project.pyproject}: [tool.falsify.gate] has unknown key(s) {', '.join(unknown)} "
+            f"(known: {', '.join(GATE_KEYS)})"
+        )
 
     def pick(flag: float | None, key: str, default: float) -> float:
         value = flag if flag is not None else table.get(key, default)
@@ -193,6 +201,34 @@ def timeouts(project: Project, test: float | None, whole: float | None) -> tuple
         return float(value)
 
     return pick(test, "test_timeout", DEFAULT_TEST_TIMEOUT), pick(whole, "timeout", DEFAULT_GATE_TIMEOUT)
+
+
+def profile_problem() -> str | None:
+    """Why the hypothesis profile the environment chooses (HYPOTHESIS_PROFILE; CI chooses "ci") cannot be loaded;
+    None when it can or none is chosen. `HYPOTHESIS_PROFILE=nonexistent` was an INTERNALERROR inside pytest."""
+    profile = chosen_profile()
+    if not profile:
+        return None
+    try:
+        from hypothesis import settings
+        from hypothesis.errors import InvalidArgument
+    except ImportError:
+        return None
+    register_profiles()
+    try:
+        settings.get_profile(profile)
+    except InvalidArgument:
+        known = ", ".join(sorted(getattr(settings, "_profiles", {})))
+        return f"HYPOTHESIS_PROFILE={profile!r} is not a hypothesis profile; registered: {known}"
+    return None
+
+
+def check_environment() -> None:
+    """The environment's settings a run reads, checked before it starts: one line naming a bad one, exit 2."""
+    problem = profile_problem()
+    if problem:
+        raise FalsifyError(problem)
+    check_all(FalsifyError)  # FALSIFY_WIRE_TIMEOUT=1e308 was an OverflowError traceback mid-run
 
 
 def lint_project(project: Project, packs: tuple[str, ...] = ()) -> tuple[Corpus, list[str]]:

@@ -22,18 +22,19 @@ import pytest
 
 from falsify.contracts.corpus import Corpus, contract_dirs, project_corpus
 from falsify.contracts.packs import PackError, falsifiers_dir
-from falsify.contracts.packs import root as packs_root
+from falsify.engines.env_settings import test_timeout
 from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine
 from falsify.errors import terminal_safe
 from falsify.harness import checks as check_module
 from falsify.harness import fixtures
 from falsify.harness.checks import CannotShowHere, Observation
-from falsify.harness.collection import UnmarkedModules
+from falsify.harness.collection import UnmarkedModules, link_out
 from falsify.harness.draws import apply_seed, chosen_profile, draws, register_profiles
+from falsify.harness.gate import profile_problem
 from falsify.harness.markers import marked_ids, marked_requires, marker_problems
 from falsify.harness.results import write_results
 from falsify.project import Project, ProjectError, find_project_or_none
-from falsify.safefile import outside_problem
+from falsify.subcommand import seconds
 
 NOT_APPLICABLE = "NOT APPLICABLE: "
 _PREVIOUS_DIRS = pytest.StashKey[tuple[Path, ...]]()
@@ -60,9 +61,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--falsify-test-timeout",
-        type=float,
-        default=float(os.environ.get("FALSIFY_TEST_TIMEOUT") or 0),
-        help="seconds one falsifier may run before it is stopped and reported TIMEOUT (0: no limit)",
+        type=seconds(zero_is_none=True),  # nan, inf, -1, 1e308: pytest's usage error naming the option
+        default=None,
+        help="seconds one falsifier may run before it is stopped and reported TIMEOUT (0: no limit; default "
+        "$FALSIFY_TEST_TIMEOUT, else none)",
     )
     group.addoption(
         "--engine",
@@ -101,6 +103,7 @@ class FalsifyPlugin:
         self.counts: Counter[str] = Counter()
         self.unmarked = UnmarkedModules(config)
         self.outside: list[str] = []  # collected paths that are links out of the project (refused)
+        self.test_timeout = _test_timeout(config)
         self.hypothesis: dict[str, Any] | None = None  # how hypothesis draws this run's examples (draws.py)
 
     def load(self) -> Corpus:
@@ -181,21 +184,13 @@ class FalsifyPlugin:
         # naming it (`tests` a link elsewhere ran that tree's falsifiers as this project's).
         # Not collected, and the run refused at the end of collection (raised here it was a collection error
         # that the binding check's words hid).
-        problem = outside_problem(self._root_of(collection_path), collection_path)
+        problem = link_out(collection_path, self.project.root if self.project else config.rootpath)
         if problem:
             self.outside.append(f"{collection_path}: {problem}")
             return True
         if config.getoption("falsify_only") and self.unmarked.holds_no_falsifier(collection_path):
             return True
         return None
-
-    def _root_of(self, path: Path) -> Path:
-        """What a collected path must resolve inside: its pack's installed directory, else the project."""
-        absolute = Path(os.path.abspath(path))
-        packs = Path(os.path.abspath(packs_root()))
-        if absolute.is_relative_to(packs):
-            return packs
-        return self.project.root if self.project else self.config.rootpath
 
     def _named_engine(self) -> str | None:
         return (
@@ -265,7 +260,7 @@ class FalsifyPlugin:
         record["predictions"] = ids
         previous = check_module.recorder
         check_module.recorder = observations.append
-        limit = self.config.getoption("falsify_test_timeout") or 0
+        limit = self.test_timeout
         alarm = _Alarm(limit) if ids and limit > 0 else None
         try:
             if alarm is not None:
@@ -429,6 +424,15 @@ class FalsifyPlugin:
         write_results(Path(path), payload, self._written if compact else None, encoded)
 
 
+def _test_timeout(config: pytest.Config) -> float:
+    """--falsify-test-timeout, else $FALSIFY_TEST_TIMEOUT (read here, not as the option's default: a bad value
+    there broke every pytest run with a ValueError as the plugin loaded), else 0, no limit."""
+    option = config.getoption("falsify_test_timeout")
+    if option is not None:
+        return float(option)
+    return test_timeout(pytest.UsageError)
+
+
 def _importable(module: str) -> bool:
     import importlib.util
 
@@ -543,6 +547,9 @@ def pytest_configure(config: pytest.Config) -> None:
             pass
         else:
             if not config.getoption("hypothesis_profile", None):
+                problem = profile_problem()
+                if problem:  # hypothesis' InvalidArgument here was an INTERNALERROR
+                    raise pytest.UsageError(f"falsify: {problem}")
                 settings.load_profile(profile)
     # Restored at unconfigure: pytester runs nested sessions in one process.
     config.stash[_PREVIOUS_DIRS] = check_module.contracts_dirs

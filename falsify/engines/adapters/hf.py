@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import os
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from falsify.engines.adapters import reference_tiny
 from falsify.engines.adapters.generate import AdapterSession, Measured
 from falsify.engines.calls import GenerateCall
 from falsify.engines.cancel import HarnessCancel
+from falsify.engines.env_settings import threads
 from falsify.engines.prefill import SteppedPrefill
 from falsify.engines.protocol import RunRecord
 from falsify.engines.tokens import token_list
@@ -66,7 +66,7 @@ class HFEngine:
     capabilities = frozenset({"generate", "prefill"})
 
     def __init__(self, checkpoint: str | None = None) -> None:
-        torch.set_num_threads(int(os.environ.get("FALSIFY_TORCH_THREADS", "1")))
+        torch.set_num_threads(threads("FALSIFY_TORCH_THREADS", ValueError))
         self.checkpoint = Path(checkpoint) if checkpoint else None
         if self.checkpoint is not None and not (self.checkpoint / "config.json").is_file():
             raise ValueError(f"hf:{checkpoint}: no config.json there (a Qwen3.5 checkpoint directory)")

@@ -50,6 +50,7 @@ from falsify.engines.adapters import reference_tiny
 from falsify.engines.adapters.generate import AdapterSession, Measured
 from falsify.engines.calls import GenerateCall
 from falsify.engines.cancel import HarnessCancel
+from falsify.engines.env_settings import threads as env_threads
 from falsify.engines.prefill import SteppedPrefill
 from falsify.engines.protocol import RunRecord
 from falsify.engines.tokens import token_list
@@ -144,7 +145,7 @@ class LlamaCppAbortEngine(LlamaCppEngine):
 
 
 def threads() -> int:
-    return int(os.environ.get("FALSIFY_LLAMACPP_THREADS", "1"))
+    return env_threads("FALSIFY_LLAMACPP_THREADS", ValueError)
 
 
 def tiny_gguf(weights: str, named: str = "--engine llamacpp:PATH.gguf") -> Path:

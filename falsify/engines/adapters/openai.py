@@ -31,10 +31,11 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit
 
 from falsify.engines.adapters.openai_replies import (
@@ -142,6 +143,7 @@ class OpenAIEngine:
     def __init__(self, spec: str, model: str | None = None) -> None:
         self.spec = spec
         self.process: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None  # what a server started by openai+exec: writes
         self._concurrency: tuple[bool, str] | None = None
         self.timeout = _timeout()
         rest = spec.removeprefix("openai+")
@@ -157,7 +159,22 @@ class OpenAIEngine:
             self.host, self.port = "127.0.0.1", port
             # In this process's group (a runner that stops the group stops the server too), and on Linux told to
             # exit with this process (PR_SET_PDEATHSIG) should it be killed before atexit runs.
-            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_exit_with_parent)
+            # Its output goes to a file of its own, not the user's terminal (a server's log, or a control sequence,
+            # is not falsify's output); its tail is quoted, on one line, when it exits before answering.
+            self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- the server's for its lifetime; close() closes it
+            try:
+                self.process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=self.log,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_exit_with_parent,
+                )
+            except (OSError, ValueError) as exc:  # no such program, not executable, a name too long
+                self.log.close()
+                raise OpenAIError(
+                    f"engine {spec!r}: exec: cannot start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}"
+                ) from None
             atexit.register(self.close)
         else:
             try:
@@ -246,9 +263,24 @@ class OpenAIEngine:
         )
         return parallel, detail
 
+    def _output_tail(self, limit: int = 400) -> str:
+        """`; output: ...`, the last `limit` bytes the started server wrote, on one line ("" when none)."""
+        log = self.log
+        if log is None:
+            return ""
+        try:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - limit))
+            text = " ".join(log.read(limit).decode("utf-8", "replace").split())
+        except (OSError, ValueError):
+            return ""
+        return f"; output: {text}" if text else ""
+
     def close(self) -> None:
         """Stop the server this engine started (by its PID), if any."""
         proc, self.process = self.process, None
+        log, self.log = self.log, None
+        if log is not None:
+            log.close()
         if proc is None or proc.poll() is not None:
             return
         proc.terminate()
@@ -285,6 +317,7 @@ class OpenAIEngine:
                 if self.process is not None and self.process.poll() is not None:
                     raise OpenAIError(
                         f"engine {self.spec!r}: the server exited with {self.process.returncode} before answering"
+                        + self._output_tail()
                     ) from None
                 if time.monotonic() > deadline:
                     raise OpenAIError(f"engine {self.spec!r}: no answer from /v1/models: {exc}") from None

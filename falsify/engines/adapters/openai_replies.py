@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from falsify import boundedjson
-from falsify.engines.env_settings import positive_number
+from falsify.engines.env_settings import OPENAI_TIMEOUT, openai_timeout
 from falsify.errors import FalsifyError, terminal_safe
 
 TIMEOUT_ENV = "FALSIFY_OPENAI_TIMEOUT"
 REQUEST_TIMEOUT = (
-    300.0  # seconds one request may take, all of it: connect, headers, body ($FALSIFY_OPENAI_TIMEOUT)
+    OPENAI_TIMEOUT  # seconds one request may take, all of it: connect, headers, body ($TIMEOUT_ENV)
 )
 # What a reply may cost the harness: a body, one SSE line, one event's data.
 MAX_BODY = 16 * 2**20
@@ -64,7 +64,7 @@ class Completion:
 
 
 def _timeout() -> float:
-    return positive_number(TIMEOUT_ENV, REQUEST_TIMEOUT, OpenAIError)
+    return openai_timeout(OpenAIError)
 
 
 @contextlib.contextmanager

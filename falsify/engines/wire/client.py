@@ -29,7 +29,7 @@ import numpy as np
 
 from falsify.engines.calls import CheckedGenerate, GenerateCall
 from falsify.engines.cancel import HarnessCancel
-from falsify.engines.env_settings import positive_number
+from falsify.engines.env_settings import WIRE_MAX_LINE, WIRE_TIMEOUT, wire_max_line, wire_timeout
 from falsify.engines.prefill import Stepped
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
@@ -43,8 +43,10 @@ from falsify.engines.wire.messages import (
 )
 from falsify.engines.wire.transports import TransportError, open_transport
 
-DEFAULT_TIMEOUT = 30.0  # seconds the harness waits for each message of the engine (FALSIFY_WIRE_TIMEOUT)
-DEFAULT_MAX_LINE = 16 * 2**20  # bytes in one message line (FALSIFY_WIRE_MAX_LINE)
+DEFAULT_TIMEOUT = (
+    WIRE_TIMEOUT  # seconds the harness waits for each message of the engine (FALSIFY_WIRE_TIMEOUT)
+)
+DEFAULT_MAX_LINE = WIRE_MAX_LINE  # bytes in one message line (FALSIFY_WIRE_MAX_LINE)
 
 # falsify capabilities (falsify/engines/protocol.py) a wire engine can serve, and the wire capability each needs.
 # `lanes` also needs `generate`: its falsifiers compare each stream's tokens with the same request run alone.
@@ -63,10 +65,8 @@ class WireEngine:
     def __init__(self, spec: str) -> None:
         self.spec = spec
         self.name = spec
-        self.timeout = positive_number("FALSIFY_WIRE_TIMEOUT", DEFAULT_TIMEOUT, errors.EngineStartError)
-        self.max_line = int(
-            positive_number("FALSIFY_WIRE_MAX_LINE", DEFAULT_MAX_LINE, errors.EngineStartError)
-        )
+        self.timeout = wire_timeout(errors.EngineStartError)
+        self.max_line = wire_max_line(errors.EngineStartError)
         self.info: dict[str, Any] = {}
         self.capabilities: frozenset[str] = frozenset()
         self.version = ""  # the protocol version the engine answered initialize with
