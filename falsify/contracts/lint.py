@@ -7,7 +7,7 @@ from pathlib import Path
 
 from falsify.contracts.corpus import Corpus, load_corpus
 from falsify.contracts.packs import is_pack_file
-from falsify.errors import ContractError, Problem
+from falsify.errors import ContractError, Problem, terminal_safe
 
 EXIT_CLEAN, EXIT_ERRORS, EXIT_EMPTY = 0, 1, 2
 FORMATS = ("text", "json", "sarif", "github")
@@ -83,7 +83,7 @@ def render(corpus: Corpus, paths: list[Path], fmt: str) -> str:
         ]
         # The verdict is no command, but a path in it must not start one on a line of its own either.
         return "\n".join([*lines, _gh_escape(verdict(corpus, paths))])
-    return "\n".join([*(str(p) for p in problems), verdict(corpus, paths)])
+    return "\n".join([*(str(p) for p in problems), terminal_safe(verdict(corpus, paths))])
 
 
 def _text(p: Problem) -> str:
@@ -98,7 +98,8 @@ def _as_dict(p: Problem) -> dict[str, object]:
 # command of the file's choosing, and `:` or `,` in a property would forge another key. Escaped as the runner
 # unescapes them (actions/toolkit, packages/core/src/command.ts: escapeData, escapeProperty).
 def _gh_escape(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # then every other control character shown escaped: the log shows ESC sequences as colours and worse
+    return terminal_safe(text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
 
 
 def _gh_property(text: str) -> str:
