@@ -192,7 +192,7 @@ def run_bindings(args: argparse.Namespace) -> int:
     rows = [[pid, str(len(tests)), ", ".join(tests) or "UNBOUND"] for pid, tests in tests_of.items()]
     print(table(["prediction", "tests", "bound to"], rows))
     for problem in results.get("binding_problems", []):
-        print(problem)
+        print(terminal_safe(problem))
     unbound = [pid for pid, tests in tests_of.items() if not tests]
     print(
         f"bindings: {len(corpus.contracts)} contracts, {len(tests_of)} predictions, "
@@ -329,7 +329,7 @@ def run_engine(args: argparse.Namespace) -> int:
         engine, "weights_source", None
     )  # adapters that load named weights say which (or why none)
     if source is not None:
-        print(f"weights: {source}")
+        print(f"weights: {terminal_safe(source)}")
     if broken:
         raise EngineError(
             f"engine {spec!r} claims {', '.join(r.capability for r in broken)} without the methods"

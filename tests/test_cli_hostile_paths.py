@@ -173,3 +173,21 @@ def test_a_wire_engines_error_message_reaches_the_terminal_escaped(project: Path
     last = result.stderr.strip().splitlines()[-1]
     assert "boom\\x1b[2J\\x1b]0;pwned\\x07\\nforged" in last
     _no_traceback(result)
+
+
+def test_a_failed_checks_words_and_the_table_reach_the_gates_output_escaped() -> None:
+    """A falsifier's failure quotes the engine (its error messages, its output); the gate prints it under the
+    table and in the DETAIL column: both terminal-safe."""
+    from falsify.contracts.corpus import load_corpus
+    from falsify.harness.gate import failures, render
+    from falsify.harness.results import Outcome, PredictionResult
+
+    good = Path(__file__).parent / "fixtures" / "contracts" / "good"
+    corpus = load_corpus([good])
+    pid = next(iter(corpus.predictions))
+    row = PredictionResult(
+        pid, "c", Outcome.FAIL, ("t",), ("t",), 0.1, 1, "engine said \x1b]0;pwned\x07\x1b[2J", None
+    )
+    text = failures([row], corpus) + render([row])
+    assert "\x1b" not in text and "\x07" not in text
+    assert "engine said \\x1b]0;pwned\\x07\\x1b[2J" in text

@@ -22,7 +22,7 @@ from falsify import safefile
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.env_settings import check_all
-from falsify.errors import FalsifyError
+from falsify.errors import FalsifyError, terminal_safe
 from falsify.harness.command import falsifier_args, falsifier_dirs
 from falsify.harness.draws import chosen_profile, hypothesis_line, register_profiles, seeded
 from falsify.harness.proven import (
@@ -379,7 +379,7 @@ def _gate(
     # Stopped at the timeout before its first test finished: every prediction is a TIMEOUT row.
     results = load_results(results_path) if results_path.is_file() else {"tests": {}}
     if results.get("binding_problems"):
-        print("\n".join(results["binding_problems"]))
+        print("\n".join(terminal_safe(p) for p in results["binding_problems"]))  # node ids: file names
         print(f"gate: FAIL — {len(results['binding_problems'])} binding problem(s); no falsifier was run")
         return 1
     rows = per_prediction(corpus, results)
@@ -440,10 +440,10 @@ def _gate(
     hypothesis = hypothesis_line(results)
     if hypothesis:
         print(hypothesis)
-    print(f"gate: PROVEN from {proof_source}")
+    print(f"gate: PROVEN from {terminal_safe(proof_source)}")
     for pid, proof in proved.items():
         if proof.status is Proof.EXCUSED:
-            print(f"gate: {pid} unproven because: {proof.because}")
+            print(f"gate: {pid} unproven because: {terminal_safe(proof.because)}")
         elif proof.status is Proof.CANNOT_SHOW:
             print(f"gate: {pid} cannot be shown on this machine (the mutant run's sensitivity control)")
     print(f"gate: JUnit XML in {out / 'junit.xml'}, results in {out / 'results.json'} (this run: {run_dir})")
@@ -523,7 +523,8 @@ def failures(rows: list[PredictionResult], corpus: Corpus) -> str:
         p = corpus.predictions[r.id]
         lines.append(f"FAIL {r.id} ({p.file}:{p.line}): {_one_line(r.detail, 400)}")
         lines.append(f"  if_fails: {_one_line(p.if_fails, 400)}")
-    return "\n".join(lines)
+    # the engine's words (its error messages in a failed check) and the contract's: shown, never acted on
+    return "\n".join(terminal_safe(line) for line in lines)
 
 
 def _tests_cell(r: PredictionResult) -> str:
