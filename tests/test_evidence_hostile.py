@@ -359,3 +359,15 @@ def test_keygen_on_a_directory_or_nothing_is_one_line(arg: str, tmp_path: Path) 
     proc = falsify_cli(tmp_path, "keygen", arg)
     refused(proc, "keygen" if arg == "" else "a directory")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
+
+
+def test_matrix_details_of_another_type_are_one_line(tmp_path: Path) -> None:
+    from falsify.evidence.statements import normalise_matrix
+
+    doc = {"engines": ["a"], "predictions": [{"id": "P", "outcomes": {"a": "PASS"}, "details": [1]}]}
+    with pytest.raises(
+        FieldError, match=r"^matrix: predictions\[0\]\.details: expected a JSON object, got \[1\]$"
+    ):
+        normalise_matrix(doc, tmp_path)
+    doc["predictions"][0]["details"] = None  # type: ignore[index]
+    assert normalise_matrix(doc, tmp_path)["predictions"][0]["details"] == {"a": ""}

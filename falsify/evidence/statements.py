@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify import evidence as layout  # the bundle's file names and statement types
+from falsify.boundedjson import Field
 from falsify.contracts.corpus import Corpus
 from falsify.errors import FormulaError
 from falsify.evidence import junit
@@ -313,12 +314,13 @@ def normalise_matrix(document: Any, root: Path) -> dict[str, Any]:
             or not isinstance(p.get("outcomes"), dict)
         ):
             raise EvidenceError(f"matrix: predictions[{i}] needs an `id` and `outcomes`")
+        details = Field("matrix", f"predictions[{i}]").get(p, "details", "dict", null=True) or {}
         rows.append(
             {
                 "id": p["id"],
                 "contract": str(p.get("contract", "")),
                 "outcomes": {e: str(p["outcomes"].get(e, "NOT RUN")) for e in engines},
-                "details": {e: str((p.get("details") or {}).get(e, "")) for e in engines},
+                "details": {e: str(details.get(e, "")) for e in engines},
             }
         )
     raw = document.get("summaries")
