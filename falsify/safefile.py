@@ -83,11 +83,17 @@ def inside(root: Path, path: Path) -> None:
             raise FileLayerError(f"{here}: {CAUSES[errno.ENOTDIR]} ({kind(mode)})")
 
 
-def outside_problem(root: Path, path: Path) -> str | None:
-    """Why `path`, a name found under `root` (the project, or an installed pack), must not be read: it is a symlink,
-    or lies below one, whose target resolves outside `root`; None when it resolves inside. The file-level twin of
-    the walkers' "symlinked directory: not followed": contracts, mutants, test files and packs are read only where
-    they lie inside the project, so a link cannot show a file from elsewhere (its text quoted in lint's errors)."""
+def link_out_of(root: Path, path: Path) -> str | None:
+    """Why `path`, a name under `root` (the project, or an installed pack), must not be read: it is a symlink, or
+    lies below one, whose target resolves outside `root`. None when it resolves inside, or when `path` is not under
+    `root` at all (whether to read that is the caller's rule). The file-level twin of the walkers' "symlinked
+    directory: not followed": contracts, mutants, test files and packs are read only where they lie inside the
+    project, so a link cannot show a file from elsewhere (its text quoted in lint's errors) or run its tests."""
+    here = Path(os.path.abspath(root))
+    try:
+        parts = Path(os.path.abspath(path)).relative_to(here).parts
+    except ValueError:
+        return None
     base = os.path.realpath(root)
     target = os.path.realpath(path)
     if target == base or target.startswith(base.rstrip(os.sep) + os.sep):
@@ -95,16 +101,11 @@ def outside_problem(root: Path, path: Path) -> str | None:
     if os.path.islink(path):
         what = "a directory" if os.path.isdir(path) else "a file"
         return f"a symlink to {what} outside the project: not followed"
-    here = Path(os.path.abspath(root))
-    try:
-        parts = Path(os.path.abspath(path)).relative_to(here).parts
-    except ValueError:
-        return f"outside the project {root}: not read"
     for part in parts[:-1]:
         here = here / part
         if os.path.islink(here):
             return f"below {here}, a symlink to a directory outside the project: not followed"
-    return f"outside the project {root}: not read"
+    return "resolves outside the project: not read"
 
 
 def open_regular(path: Path, *, what: str = "file", root: Path | None = None) -> BinaryIO:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from falsify.safefile import outside_problem
+from falsify.safefile import link_out_of
 
 MARKER = "falsifies"
 MAX_SOURCE = 16 * 2**20  # bytes of a test file scanned for the marker
@@ -72,7 +72,7 @@ def link_out(path: Path, project_root: Path) -> str | None:
 
     packs = Path(os.path.abspath(packs_root()))
     root = packs if Path(os.path.abspath(path)).is_relative_to(packs) else project_root
-    return outside_problem(root, path)
+    return link_out_of(root, path)
 
 
 def _read_text(path: Path) -> str | None:

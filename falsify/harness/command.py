@@ -9,7 +9,7 @@ from pathlib import Path
 
 from falsify.errors import FalsifyError
 from falsify.project import Project
-from falsify.safefile import outside_problem
+from falsify.safefile import link_out_of
 
 
 def falsifier_args(
@@ -59,7 +59,7 @@ def falsifier_dirs(project: Project, tree: Path, packs: Sequence[str] = ()) -> l
     from falsify.contracts.packs import falsifiers_dir
 
     tests = tree / project.tests.relative_to(project.root)
-    problem = outside_problem(tree, tests) if os.path.lexists(tests) else None
+    problem = link_out_of(tree, tests) if os.path.lexists(tests) else None
     if problem:  # before pytest starts: the plugin refuses a link out below it too, file by file
         raise FalsifyError(f"[tool.falsify] tests {tests}: {problem}")
     own = [str(project.tests.relative_to(project.root))] if tests.is_dir() else []
