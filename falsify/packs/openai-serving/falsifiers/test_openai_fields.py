@@ -1,0 +1,157 @@
+"""Falsifiers of contract openai-serving-v1's request and reply fields (FALSIFY-OAI-011..013): the sampling cuts a
+request asks for (top_k, top_p), the logprobs a reply carries, and its usage block.
+
+The request body is the engine's own (`engine.body`: the model, the prompt as the server takes it); the test adds
+the field under test and reads the whole JSON reply itself, since these fields are not part of what the engine's
+`complete` hands back. A server that refuses a field with a 4xx cannot show the prediction false, and says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from typing import Any
+
+import pytest
+
+import falsify
+from falsify import boundedjson
+from falsify.engines.deadline_http import DeadlineConnection
+
+MAX_REPLY = 16 * 2**20  # bytes of one reply read
+
+
+def prompt(seed: int, n: int) -> list[int]:
+    """n token ids, fixed by seed, in [259, 512): the " t<id>" pieces of the tiny model's GGUF vocabulary."""
+    import random
+
+    rng = random.Random(seed)
+    return [rng.randrange(259, 512) for _ in range(n)]
+
+
+def post(engine: Any, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+    """Status and JSON reply (None unless 200) of one non-streamed POST, within the engine's request timeout."""
+    conn = DeadlineConnection(engine.host, engine.port, time.monotonic() + engine.timeout)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read(MAX_REPLY + 1)
+        assert len(data) <= MAX_REPLY, f"POST {path}: a reply over {MAX_REPLY:,} bytes"
+        if response.status != 200:
+            return response.status, None
+        return 200, boundedjson.loads(data, what=f"POST {path}'s reply", max_bytes=MAX_REPLY)
+    finally:
+        conn.close()
+
+
+def choice_of(reply: Any) -> dict[str, Any]:
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    assert isinstance(choices, list) and choices and isinstance(choices[0], dict), (
+        f"no choice in {reply!r:.300}"
+    )
+    return choices[0]
+
+
+def tokens_of(choice: dict[str, Any]) -> list[Any]:
+    """The reply's tokens: ids where the server returns them, else its logprob entries' token strings."""
+    if isinstance(choice.get("token_ids"), list):
+        return list(choice["token_ids"])
+    logprobs = choice.get("logprobs") or {}
+    assert isinstance(logprobs.get("tokens"), list), (
+        f"the reply carries neither token ids nor logprob entries: {choice!r:.300}"
+    )
+    return list(logprobs["tokens"])
+
+
+# -- top_k, top_p ------------------------------------------------------------------------------------------------------
+CUT_TO_ONE = {"top_k": {"top_k": 1}, "top_p": {"top_p": 1e-6}}
+SEEDS = (11, 12)
+LENGTH = 12  # tokens per reply
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-011")
+@pytest.mark.parametrize("cut", list(CUT_TO_ONE))
+def test_a_cut_to_one_candidate_samples_the_greedy_reply(engine: Any, cut: str) -> None:
+    ids = prompt(9000, 12)
+    greedy = tokens_of(choice_of(post(engine, "/v1/completions", engine.body(ids, LENGTH, logprobs=1))[1]))
+
+    def sampled(seed: int, fields: dict[str, Any]) -> list[Any]:
+        status, reply = post(
+            engine,
+            "/v1/completions",
+            engine.body(ids, LENGTH, temperature=1.0, seed=seed, logprobs=1) | fields,
+        )
+        if status != 200:
+            falsify.cannot_show(
+                "FALSIFY-OAI-011", f"the server refused a request with {fields} ({status})", cut=cut
+            )
+        return tokens_of(choice_of(reply))
+
+    if all(sampled(seed, {}) == greedy for seed in SEEDS):  # stops at the first seed that differs
+        falsify.cannot_show(
+            "FALSIFY-OAI-011",
+            f"at temperature 1 without a cut, seeds {SEEDS} gave the greedy reply too: a cut cannot be told from none",
+            cut=cut,
+        )
+    for seed in SEEDS:
+        falsify.check(
+            "FALSIFY-OAI-011", tokens=sampled(seed, CUT_TO_ONE[cut]), greedy_tokens=greedy, cut=cut, seed=seed
+        )
+
+
+# -- logprobs ----------------------------------------------------------------------------------------------------------
+TOP = 5
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-012")
+def test_logprobs_are_a_distribution_led_by_the_greedy_token(engine: Any) -> None:
+    body = engine.body("Count to ten.", 16, chat=True, logprobs=TOP)
+    status, reply = post(engine, "/v1/chat/completions", body)
+    assert status == 200, f"POST /v1/chat/completions answered {status}"
+    content = (choice_of(reply).get("logprobs") or {}).get("content")
+    if not isinstance(content, list) or not content:
+        falsify.cannot_show("FALSIFY-OAI-012", "the chat reply carries no logprobs.content (asked for)")
+    descending, chosen_first, worst_lp, mass = True, True, -math.inf, 0.0
+    for entry in content:
+        top = entry["top_logprobs"]
+        lps = [float(t["logprob"]) for t in top]
+        descending = descending and len(top) == TOP and all(a >= b for a, b in itertools.pairwise(lps))
+        chosen_first = (
+            chosen_first and top[0]["token"] == entry["token"] and lps[0] == float(entry["logprob"])
+        )
+        worst_lp = max(worst_lp, float(entry["logprob"]), *lps)
+        mass = max(mass, math.fsum(math.exp(lp) for lp in lps))
+    falsify.check(
+        "FALSIFY-OAI-012",
+        positions=len(content),
+        descending=descending,
+        chosen_first=chosen_first,
+        max_logprob=worst_lp,
+        max_top_mass=mass,
+        top_logprobs=TOP,
+    )
+
+
+# -- usage -------------------------------------------------------------------------------------------------------------
+@pytest.mark.falsifies("FALSIFY-OAI-013")
+@pytest.mark.parametrize("max_tokens", [1, 8])
+def test_usage_counts_the_prompt_and_adds_up(engine: Any, max_tokens: int) -> None:
+    ids = prompt(9100 + max_tokens, 12)
+    status, reply = post(engine, "/v1/completions", engine.body(ids, max_tokens, logprobs=1))
+    assert status == 200, f"POST /v1/completions answered {status}"
+    usage = reply.get("usage")
+    if not isinstance(usage, dict) or not all(
+        isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    ):
+        falsify.cannot_show("FALSIFY-OAI-013", f"the reply's usage is not three token counts: {usage!r:.200}")
+    falsify.check(
+        "FALSIFY-OAI-013",
+        usage_prompt_tokens=usage["prompt_tokens"],
+        completion_tokens=usage["completion_tokens"],
+        usage_total_tokens=usage["total_tokens"],
+        n_prompt=len(ids),
+        n_tokens=len(tokens_of(choice_of(reply))),
+        max_tokens=max_tokens,
+    )
