@@ -66,7 +66,7 @@ def tokens_of(choice: dict[str, Any]) -> list[Any]:
 
 
 # -- top_k, top_p ------------------------------------------------------------------------------------------------------
-CUT_TO_ONE = {"top_k": {"top_k": 1}, "top_p": {"top_p": 1e-6}}
+CUT_TO_ONE: dict[str, dict[str, Any]] = {"top_k": {"top_k": 1}, "top_p": {"top_p": 1e-6}}
 SEEDS = (11, 12)
 LENGTH = 12  # tokens per reply
 
