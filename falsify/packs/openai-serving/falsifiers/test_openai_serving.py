@@ -280,8 +280,22 @@ def test_usage_counts_the_reply(engine: Any, case: str, stream: bool) -> None:
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("nth", [0, 2, 5])
 def test_a_stop_string_ends_the_reply_and_is_not_sent(engine: Any, nth: int, stream: bool) -> None:
+    stop_string_case(engine, nth, stream, after_decoy=False)
+
+
+DECOY = "#no such text#"  # a stop string no reply of the tiny model holds ('#' is never a ' t<id>' piece)
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-006")
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_string_listed_after_another_ends_the_reply(engine: Any, stream: bool) -> None:
+    stop_string_case(engine, 2, stream, after_decoy=True)
+
+
+def stop_string_case(engine: Any, nth: int, stream: bool, after_decoy: bool) -> None:
     ids, uncut, stop = stop_case(engine, nth)
-    reply = engine.complete(ids, 32, stop=[stop], stream=stream, logprobs=1)
+    assert DECOY not in uncut.text, "the decoy stop string occurs in the uncut reply"
+    reply = engine.complete(ids, 32, stop=[DECOY, stop] if after_decoy else [stop], stream=stream, logprobs=1)
     falsify.check(
         "FALSIFY-OAI-006",
         text=reply.text,
@@ -289,6 +303,7 @@ def test_a_stop_string_ends_the_reply_and_is_not_sent(engine: Any, nth: int, str
         finish_reason=str(reply.finish_reason),
         stop=stop,
         nth=nth,
+        after_decoy=after_decoy,
         stream=stream,
     )
 
