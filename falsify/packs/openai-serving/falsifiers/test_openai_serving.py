@@ -227,13 +227,18 @@ def test_max_tokens_is_exact(engine: Any, max_tokens: int, stream: bool) -> None
     )
 
 
-def stop_case(engine: Any, nth: int) -> tuple[list[int], Any, str]:
+def stop_case(engine: Any, nth: int, spans: bool = False) -> tuple[list[int], Any, str]:
     """A prompt whose 32-token reply holds at least nth + 1 ' t<id>' pieces: the prompt, that uncut reply, and its
-    nth piece (the stop string)."""
+    nth piece (the stop string; spans: with the character after it, the next token's first, appended)."""
     for seed in range(4000, 4020):
         ids = prompt(seed, 12)
         uncut = engine.complete(ids, 32)
-        pieces = [m.group(0) for m in PIECE.finditer(uncut.text)]
+        text = uncut.text
+        pieces = [
+            text[m.start() : m.end() + spans]
+            for m in PIECE.finditer(text)
+            if m.end() < len(text) or not spans
+        ]
         if len(pieces) > nth:
             return ids, uncut, pieces[nth]
     pytest.fail(f"no prompt of 20 gave a reply with {nth + 1} ' t<id>' pieces to stop on")
@@ -292,8 +297,16 @@ def test_a_stop_string_listed_after_another_ends_the_reply(engine: Any, stream: 
     stop_string_case(engine, 2, stream, after_decoy=True)
 
 
-def stop_string_case(engine: Any, nth: int, stream: bool, after_decoy: bool) -> None:
-    ids, uncut, stop = stop_case(engine, nth)
+@pytest.mark.falsifies("FALSIFY-OAI-006")
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_stop_string_across_two_tokens_ends_the_reply(engine: Any, stream: bool) -> None:
+    """The stop string is a whole ' t<id>' piece and the next token's first character: a stream must hold the
+    piece back (it may be the stop string's start) until the next token decides."""
+    stop_string_case(engine, 1, stream, after_decoy=False, spans=True)
+
+
+def stop_string_case(engine: Any, nth: int, stream: bool, after_decoy: bool, spans: bool = False) -> None:
+    ids, uncut, stop = stop_case(engine, nth, spans)
     assert DECOY not in uncut.text, "the decoy stop string occurs in the uncut reply"
     reply = engine.complete(ids, 32, stop=[DECOY, stop] if after_decoy else [stop], stream=stream, logprobs=1)
     falsify.check(
@@ -304,6 +317,7 @@ def stop_string_case(engine: Any, nth: int, stream: bool, after_decoy: bool) -> 
         stop=stop,
         nth=nth,
         after_decoy=after_decoy,
+        spans_tokens=spans,
         stream=stream,
     )
 
