@@ -200,11 +200,18 @@ def test_a_submit_that_does_not_fit_is_refused_by_name_and_allocates_nothing(
     engine: Any, model: Any, why: str, short_by: int
 ) -> None:
     """A pool of 12 pages and two lanes, one stream holding 3 pages; the next submit needs exactly the free pages
-    plus `short_by` (its last position one past a page boundary), or finds both lanes held."""
+    plus `short_by` (its last position one past a page boundary), or finds both lanes held, or both lanes' streams
+    finished (run to max_tokens; their clients have not left)."""
     host = engine.lane_host(model, chunk_cap=64, pages=12, page_size=PAGE_SIZE, max_streams=2)
     host.submit(prompt_of(model, 40, 1), 9)  # 48 positions: 3 pages
-    if why == "lanes":
+    if why in ("lanes", "finished"):
         host.submit(prompt_of(model, 5, 2), 2)
+    if why == "finished":
+        for _ in range(100):  # 2 chunks and 8 decode steps finish both
+            if not host.busy():
+                break
+            host.round()
+        assert not host.busy(), "two short streams did not finish in 100 rounds"
     free = host.pool()[0]
     max_tokens = 4
     positions = free * PAGE_SIZE + (1 + (short_by - 1) * PAGE_SIZE if short_by else 0)
