@@ -155,3 +155,45 @@ def test_usage_counts_the_prompt_and_adds_up(engine: Any, max_tokens: int) -> No
         n_tokens=len(tokens_of(choice_of(reply))),
         max_tokens=max_tokens,
     )
+
+
+# -- the stream's framing ----------------------------------------------------------------------------------------------
+MAX_LINE = 2**20  # bytes of one SSE line
+
+
+def sse_data(engine: Any, path: str, body: dict[str, Any]) -> list[str]:
+    """The `data:` payloads of one streamed reply, in order, read to the end of the response."""
+    conn = DeadlineConnection(engine.host, engine.port, time.monotonic() + engine.timeout)
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 200, f"POST {path} answered {response.status}"
+        out, total = [], 0
+        while line := response.readline(MAX_LINE + 1):
+            total += len(line)
+            assert len(line) <= MAX_LINE and total <= MAX_REPLY, f"POST {path}: a stream past its bounds"
+            text = line.decode("utf-8").rstrip("\r\n")
+            if text.startswith("data:"):
+                out.append(text[5:].strip())
+        return out
+    finally:
+        conn.close()
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-014")
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_stream_ends_with_done_after_one_finishing_chunk(engine: Any, chat: bool) -> None:
+    ids: list[int] | str = "Say something." if chat else prompt(9200, 12)
+    body = engine.body(ids, 8, chat=chat, stream=True, logprobs=1)
+    data = sse_data(engine, "/v1/chat/completions" if chat else "/v1/completions", body)
+    chunks = [boundedjson.loads(d, what="a stream chunk", max_bytes=MAX_LINE) for d in data if d != "[DONE]"]
+    with_choice = [c for c in chunks if isinstance(c, dict) and c.get("choices")]
+    finishing = [i for i, c in enumerate(with_choice) if choice_of(c).get("finish_reason") is not None]
+    falsify.check(
+        "FALSIFY-OAI-014",
+        last_data=data[-1] if data else "",
+        done_count=data.count("[DONE]"),
+        finishing_chunks=len(finishing),
+        finishing_is_last=bool(finishing) and finishing[-1] == len(with_choice) - 1,
+        chat=chat,
+    )
