@@ -371,3 +371,12 @@ def test_matrix_details_of_another_type_are_one_line(tmp_path: Path) -> None:
         normalise_matrix(doc, tmp_path)
     doc["predictions"][0]["details"] = None  # type: ignore[index]
     assert normalise_matrix(doc, tmp_path)["predictions"][0]["details"] == {"a": ""}
+
+
+def test_a_release_statement_without_its_time_or_decision_is_not_signed(built: Path) -> None:
+    lines = (built / "proj" / "evidence" / STATEMENTS).read_bytes().splitlines(keepends=True)
+    release = json.loads(lines[2])
+    release["predicate"]["generatedAt"] = 1
+    data = lines[0] + lines[1] + json.dumps(release).encode() + b"\n"
+    with pytest.raises(FieldError, match=r"line 3 predicate\.generatedAt: expected a string, got 1$"):
+        check_statements(data, STATEMENTS)

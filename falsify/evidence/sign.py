@@ -184,14 +184,19 @@ def check_statements(data: bytes, what: str) -> None:
             raise EvidenceError(str(exc)) from None
         problems = shape_problems(statement)
         if problems:
-            raise EvidenceError(f"{where}: not an in-toto Statement v1: {boundedjson.show(problems[0], 160)}")
+            raise EvidenceError(
+                f"{where}: not an in-toto Statement v1: {' '.join(problems[0].split())[:160]}"
+            )
         if statement["predicateType"] != kind:
             raise EvidenceError(
                 f"{where}: predicateType {boundedjson.show(statement['predicateType'])}, expected {kind}"
             )
         statements.append(statement)
     release = boundedjson.Field(what, "line 3 predicate")
-    recorded = release.get(statements[2]["predicate"], "statements", "list", [])
+    predicate = statements[2]["predicate"]
+    for key in ("generatedAt", "decision", "summary"):
+        release[key].need_str(predicate.get(key))
+    recorded = release.get(predicate, "statements", "list", [])
     for i, line in enumerate(lines[:2]):
         entry = release["statements"][i]
         record = entry.need_dict(recorded[i] if i < len(recorded) else None)
