@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -197,7 +198,7 @@ def test_the_gate_checks_the_environment_before_it_runs(
 
 def test_pytest_itself_names_a_bad_profile_and_a_bad_test_timeout(project: Path) -> None:
     """The plugin under a plain `pytest`: a usage error (exit 4), not an INTERNALERROR (exit 3)."""
-    pytest_cmd = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
+    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
     for env, flag, said in [
         ({"HYPOTHESIS_PROFILE": "nope"}, [], "HYPOTHESIS_PROFILE='nope' is not a hypothesis profile"),
         ({"FALSIFY_TEST_TIMEOUT": "soon"}, [], "FALSIFY_TEST_TIMEOUT='soon' is not a number"),

@@ -21,9 +21,9 @@ from test_evidence import ENGINE, built, copy, evidence_args, falsify_cli, state
 
 from falsify.boundedjson import FieldError
 from falsify.contracts.corpus import Corpus, load_corpus
-from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS, STATEMENTS, junit
+from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS, SIGNATURES, STATEMENTS, junit
 from falsify.evidence.mutation import check_report, normalise, outcomes
-from falsify.evidence.sign import check_statements
+from falsify.evidence.sign import check_statements, keygen, load_private_key, sign_bundle
 from falsify.evidence.statements import mutmut_summary, normalise_junit, normalise_results
 from falsify.evidence.tree import EvidenceError
 from falsify.harness.proven import cannot_show_from_stryker
@@ -380,3 +380,17 @@ def test_a_release_statement_without_its_time_or_decision_is_not_signed(built: P
     data = lines[0] + lines[1] + json.dumps(release).encode() + b"\n"
     with pytest.raises(FieldError, match=r"line 3 predicate\.generatedAt: expected a string, got 1$"):
         check_statements(data, STATEMENTS)
+
+
+def test_sign_replaces_a_symlinked_signatures_file_without_writing_through_it(
+    copy: Path, tmp_path: Path
+) -> None:
+    """(Was in test_file_layer.py with a one-line statements file, which sign now refuses before it writes.)"""
+    private, _ = keygen(tmp_path / "k")
+    bundle, outside = copy / "proj" / "evidence", tmp_path / "outside"
+    outside.write_bytes(b"theirs")
+    (bundle / SIGNATURES).unlink(missing_ok=True)
+    (bundle / SIGNATURES).symlink_to(outside)
+    with pytest.raises(EvidenceError, match=r"a symlink is in its place"):
+        sign_bundle(bundle, load_private_key(private))
+    assert outside.read_bytes() == b"theirs"
