@@ -210,7 +210,7 @@ def evidence_from(copy: Path, from_dir: Path, *extra: str) -> Any:
 
 
 def _first_test(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc["tests"][sorted(doc["tests"])[0]]  # type: ignore[no-any-return]
+    return doc["tests"][sorted(doc["tests"])[0]]
 
 
 @pytest.mark.parametrize(
