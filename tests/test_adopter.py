@@ -122,6 +122,10 @@ def commit(repo: Path, env: dict[str, str], message: str) -> None:
     ok(["git", "commit", "-q", "-m", message], repo, env)
 
 
+# the cancellation contract's predictions a `generate` engine that starts each run at 0 is judged on
+APPLICABLE = 12
+
+
 def to_signed_go(repo: Path, env: dict[str, str], mutants: list[str], keys: Path) -> str:
     """gate PASS -> mutants KILLED (pack predictions among the kills) -> evidence GO -> sign -> verify; the
     verify line."""
@@ -137,19 +141,20 @@ def to_signed_go(repo: Path, env: dict[str, str], mutants: list[str], keys: Path
     for mid in mutants:
         assert f"{mid}: KILLED" in report, report[-4000:]
     killed = {line.split()[0] for line in report.splitlines() if line.startswith("FALSIFY-SERVE-CANCEL-0")}
-    assert len(killed) == 11, report[
+    assert len(killed) == APPLICABLE, report[
         -3000:
     ]  # the kill matrix: a row per pack prediction some mutant turned red
     assert f"mutants: PASS — {len(mutants)} mutants: {len(mutants)} killed" in report, report[-2000:]
     commit(repo, env, "the adopter's engine, with the serving pack and its mutants")
     evidence = run(["falsify", "evidence", "--out", "evidence"], repo, env)
     assert evidence.returncode == 0, evidence.stdout[-4000:] + evidence.stderr[-2000:]
-    # the cancellation contract's 11 predictions apply to a `generate` engine; the pack's others are NOT APPLICABLE
+    # APPLICABLE of the cancellation contract's predictions apply to a `generate` engine that starts every run at
+    # position 0 (FALSIFY-SERVE-CANCEL-012 is NOT APPLICABLE: it reuses nothing); the pack's others are NOT APPLICABLE
     verdict = re.search(
-        r"evidence: GO — 11 of (\d+) predictions passed \((\d+) not applicable\); 11 of 11 proven",
+        rf"evidence: GO — {APPLICABLE} of (\d+) predictions passed \((\d+) not applicable\); {APPLICABLE} of {APPLICABLE} proven",
         evidence.stdout,
     )
-    assert verdict and int(verdict[1]) == 11 + int(verdict[2]), evidence.stdout[-3000:]
+    assert verdict and int(verdict[1]) == APPLICABLE + int(verdict[2]), evidence.stdout[-3000:]
     statements = (repo / "evidence" / "evidence.intoto.jsonl").read_text()
     assert '"name":"pkg:pypi/falsify-harness@' in statements and f"#{PACK_CONTRACT}" in statements
     assert str(repo) not in statements and "site-packages" not in statements
