@@ -195,7 +195,15 @@ def test_llama_cpp_server_findings(tmp_path_factory: pytest.TempPathFactory) -> 
     - OAI-006 FAIL streamed: with a stop string, the streamed text loses the multi-byte characters the whole
       reply keeps ('А', U+0410).
     - OAI-005 NOT APPLICABLE streamed: no usage in a stream, even with stream_options.include_usage.
-    - OAI-001 PASS (the stream path checks is_disconnected per chunk), OAI-007, OAI-009, OAI-010 PASS."""
+    - OAI-001 PASS (the stream path checks is_disconnected per chunk), OAI-007, OAI-009, OAI-010 PASS.
+    - OAI-011 and OAI-014 PASS (measured 2026-12-03).
+    - OAI-012 FAIL (measured 2026-12-03, not investigated further): over 16 chat positions the top_logprobs were
+      not 5 alternatives in descending order led by the emitted token (descending False, chosen_first False). The
+      server returns no token ids, so the emitted token is matched by its text: where that text carries a UTF-8
+      tail held back from the token before (as llama-server's does), the match fails on text alone.
+    - OAI-013 FAIL (measured 2026-12-03, not investigated further): usage.prompt_tokens is 16 for a 12-id prompt.
+      The prompt went as 12 letters of text (the fallback above), so the count may be the text's tokenization
+      (with BOS), not a miscount of what ran."""
     run = run_of("llama_cpp.server", 1, tmp_path_factory)
     assert run["returncode"] == 1, run["stdout"][-3000:]  # the gate is red: FAILs are the findings
     oai = {k: v for k, v in verdicts(run).items() if k.startswith("OAI-")}
@@ -210,6 +218,10 @@ def test_llama_cpp_server_findings(tmp_path_factory: pytest.TempPathFactory) -> 
         "OAI-008": "NOT APPLICABLE",  # one slot, measured
         "OAI-009": "PASS",
         "OAI-010": "PASS",
+        "OAI-011": "PASS",
+        "OAI-012": "FAIL",
+        "OAI-013": "FAIL",
+        "OAI-014": "PASS",
     }, run["stdout"][-3000:]
     assert "answered 500" in run["stderr"] and "prompts go as text" in run["stderr"], (
         "the text fallback is said"
@@ -259,6 +271,13 @@ LLAMA_SERVER_SHARED = {
     "OAI-006": "PASS",
     "OAI-007": "FAIL",
     "OAI-010": "PASS",
+    # measured 2026-12-03 with 1 and 4 slots: top_k 1 / top_p 1e-6 give the greedy reply; the logprobs are a
+    # distribution led by the emitted token (matched by id: the chosen entry's text carries a held UTF-8 tail);
+    # usage adds up; a stream ends with one [DONE] after one finishing chunk
+    "OAI-011": "PASS",
+    "OAI-012": "PASS",
+    "OAI-013": "PASS",
+    "OAI-014": "PASS",
 }
 
 
