@@ -6,11 +6,10 @@ a wait, nor a thread count of a million."""
 
 from __future__ import annotations
 
-import math
 import os
 
-MIN_SECONDS = 0.01  # as the command line's timeouts (falsify/subcommand.py): shorter ends everything at once
-MAX_SECONDS = 7 * 24 * 3600  # a week: longer is a typo, and past ~1e9 s a wait overflows
+from falsify.subcommand import MAX_SECONDS, MIN_SECONDS, seconds_problem  # the command line's timeout range
+
 MAX_THREADS = 1024
 WIRE_TIMEOUT = 30.0  # seconds the harness waits for each message of a wire engine
 WIRE_MAX_LINE = 16 * 2**20  # bytes in one wire message line
@@ -28,9 +27,7 @@ def seconds(name: str, default: float, error: type[Exception], *, zero_is_none: 
     if raw is None:
         return default
     value = _number(name, raw, error)
-    if value == 0 and zero_is_none:
-        return 0.0
-    if not math.isfinite(value) or not MIN_SECONDS <= value <= MAX_SECONDS:
+    if seconds_problem(value, zero_is_none=zero_is_none):
         low = "0 (no limit) or " if zero_is_none else ""
         raise error(f"{name}={raw!r} must be {low}a number of seconds from {MIN_SECONDS:g} to {MAX_SECONDS}")
     return value
