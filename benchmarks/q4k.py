@@ -32,9 +32,11 @@ from result_json import emit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "data" / "q4k"))  # q4k_cases: the data classes and the C quantizer
+sys.path.insert(
+    0, str(ROOT / "tests" / "data" / "q4k")
+)  # testkit_q4k_cases: the data classes and the C quantizer
 
-import q4k_cases as cases  # noqa: E402  (after the path inserts, so the benchmark runs from a checkout)
+import testkit_q4k_cases as cases  # noqa: E402  (after the path inserts, so the benchmark runs from a checkout)
 
 from reference.q4k import Q4_K  # noqa: E402
 

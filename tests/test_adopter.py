@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harness_wheel import build_harness_wheel
+from testkit_harness_wheel import build_harness_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "adopter"

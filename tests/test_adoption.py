@@ -18,7 +18,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from harness_wheel import build_harness_wheel
+from testkit_harness_wheel import build_harness_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 TOY = Path(__file__).parent / "fixtures" / "mutants" / "toy"
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "contracts"
 ENV = {**os.environ, "PYTHONHASHSEED": "0"}

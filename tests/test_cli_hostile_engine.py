@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 from falsify.engines import env_settings
 from falsify.engines.loading import REGISTERED, EngineError, load_engine, probe_wire, resolve_engine

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 from falsify.contracts.corpus import discover
 from falsify.contracts.lint import EXIT_CLEAN, lint

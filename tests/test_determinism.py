@@ -1,5 +1,5 @@
 """Falsifier of contracts/engine-determinism-v1.yaml: the same forwards in fresh processes under 1, 2 and 3 BLAS
-threads, and in the test process itself, must give the same bytes. The children run tests/determinism_digests.py
+threads, and in the test process itself, must give the same bytes. The children run tests/testkit_determinism_digests.py
 (which computes the digests this process computes too) and load the engine the session tests (`--engine`) by name.
 
 First a sensitivity control (issue 24): the children also compute plain, unpinned float32 products at the
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from determinism_digests import forward_digests
+from testkit_determinism_digests import forward_digests
 
 import falsify
 
@@ -31,7 +31,7 @@ def child_digests(engine_spec: str, threads: int) -> dict[str, list[str]]:
     # over the threads, and so its bytes, does not depend on it.
     env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("determinism_digests.py")), engine_spec],
+        [sys.executable, str(Path(__file__).with_name("testkit_determinism_digests.py")), engine_spec],
         env=env,
         cwd=Path(__file__).parent.parent,
         capture_output=True,

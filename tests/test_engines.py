@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gate_cli import failing_budget_cancel_gate
+from testkit_gate_cli import failing_budget_cancel_gate
 
 import falsify
 from falsify.engines.adapters.broken import BrokenEngine

@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 from falsify.cli import main
 from falsify.evidence import (

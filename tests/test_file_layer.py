@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hang_bound import hang_bound
+from testkit_hang_bound import hang_bound
 
 from falsify import boundedjson, safefile
 from falsify.evidence import STATEMENTS

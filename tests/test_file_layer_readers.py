@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hang_bound import hang_bound
+from testkit_hang_bound import hang_bound
 
 from falsify import boundedjson, safefile
 from falsify.engines.adapters.llamacpp_files import CheckpointError, checkpoint_config

@@ -1,6 +1,6 @@
 """The harness measures what it judges: an engine whose run record miscounts is falsified, not trusted.
 
-tests/miscounting_engine.py is the reference engine with a run record reporting one decode forward fewer than it
+tests/testkit_miscounting_engine.py is the reference engine with a run record reporting one decode forward fewer than it
 ran. The cancellation falsifiers count forwards with the harness's model proxy and polls with its own token, so
 FALSIFY-SERVE-CANCEL-011 (record == measurement) must turn red on it, while the reference engine passes.
 """
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from gate_cli import failing_budget_cancel_gate
+from testkit_gate_cli import failing_budget_cancel_gate
 
 import falsify
 from falsify.harness.instruments import CountingCancel, CountingModel
@@ -37,7 +37,7 @@ def _observe(engine, budget: int) -> dict:
 def test_the_miscounting_record_is_falsified_in_process() -> None:
     sys.path.insert(0, str(TESTS))
     try:
-        from miscounting_engine import MiscountingEngine
+        from testkit_miscounting_engine import MiscountingEngine
     finally:
         sys.path.remove(str(TESTS))
     from falsify.engines.loading import load_engine
@@ -53,7 +53,7 @@ def test_the_miscounting_record_is_falsified_in_process() -> None:
 def test_the_gate_fails_the_miscounting_engine_on_the_agreement_prediction(tmp_path: Path) -> None:
     path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH", "")]))
     _, rows = failing_budget_cancel_gate(
-        "miscounting_engine:MiscountingEngine", tmp_path, ROOT, env={"PYTHONPATH": path}
+        "testkit_miscounting_engine:MiscountingEngine", tmp_path, ROOT, env={"PYTHONPATH": path}
     )
     assert rows["FALSIFY-SERVE-CANCEL-011"]["outcome"] == "FAIL"
     failed = rows["FALSIFY-SERVE-CANCEL-011"]["values"]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import yaml
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 ENV.pop("FALSIFY_ENGINE", None)

@@ -1,4 +1,4 @@
-"""tests/kernels.py (tox -e kernels): which OpenBLAS kernels run, which are skipped and why, decided from the CPU's
+"""tests/testkit_kernels.py (tox -e kernels): which OpenBLAS kernels run, which are skipped and why, decided from the CPU's
 flags and from what OpenBLAS actually loads. The loading is faked here; tox -e kernels runs it for real."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import kernels
+import testkit_kernels as kernels
 
 CPUINFO = """\
 processor\t: 0

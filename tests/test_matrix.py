@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

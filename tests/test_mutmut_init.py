@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
 

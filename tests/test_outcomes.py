@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_texts import ONLY_GENERATE
-from gate_cli import run_gate
+from testkit_engine_texts import ONLY_GENERATE
+from testkit_gate_cli import run_gate
 
 from falsify.contracts.corpus import load_corpus
 from falsify.harness.gate import verdict

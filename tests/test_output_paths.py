@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gate_cli import run_cli
+from testkit_gate_cli import run_cli
 
 from falsify.harness.gate import copy_junit
 from falsify.safefile import FileLayerError

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_texts import ONLY_GENERATE
+from testkit_engine_texts import ONLY_GENERATE
 
 DATA = Path(__file__).parent / "data" / "contracts"  # contract texts the tests write into a project
 CONTRACT = (DATA / "plugin-demo-v1.yaml").read_text(encoding="utf-8")

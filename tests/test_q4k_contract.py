@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import q4k_cases as cases  # tests/data/q4k/, on pytest's pythonpath
+import testkit_q4k_cases as cases  # tests/data/q4k/, on pytest's pythonpath
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@ its sdist). Marked `oracle`: run with `tox -e oracle` or `pytest -m oracle tests
 FALSIFY-Q4K-012, which `requires: [oracle:ggml]`: without ggml-python the gate reports it NOT APPLICABLE by name.
 
 13 data classes x 2,400 blocks = 31,200 blocks quantized by both quantize_row_q4_K_ref and the engine, plus 9 hard
-classes x 800 blocks (tests/data/q4k/q4k_cases.py, HARD_CLASSES).
+classes x 800 blocks (tests/data/q4k/testkit_q4k_cases.py, HARD_CLASSES).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import q4k_cases as cases  # tests/data/q4k/, on pytest's pythonpath
+import testkit_q4k_cases as cases  # tests/data/q4k/, on pytest's pythonpath
 
 pytestmark = pytest.mark.oracle
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hang_bound import hang_bound
+from testkit_hang_bound import hang_bound
 
 from reference import openai_server, serve
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mutmut_toy import copy_toy, set_up_mutmut
+from testkit_mutmut_toy import copy_toy, set_up_mutmut
 
 pytest.importorskip("ray")
 pytestmark = pytest.mark.scale

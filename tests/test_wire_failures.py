@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from canned_http import CannedServer
-from gate_cli import run_cli
+from testkit_canned_http import CannedServer
+from testkit_gate_cli import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "tests" / "fixtures" / "wire" / "bad_engine.py"

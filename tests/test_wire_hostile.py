@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hang_bound import hang_bound
+from testkit_hang_bound import hang_bound
 
 from falsify.engines.wire import errors
 from falsify.engines.wire.client import WireEngine

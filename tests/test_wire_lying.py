@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_cli import PYTEST
+from testkit_gate_cli import PYTEST
 
 ROOT = Path(__file__).resolve().parent.parent
 LIAR = ROOT / "tests" / "fixtures" / "wire" / "lying_engine.py"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_cli import PYTEST
+from testkit_gate_cli import PYTEST
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "examples" / "node-engine" / "engine.js"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gate_cli import PYTEST
+from testkit_gate_cli import PYTEST
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVE = f"{sys.executable} -m reference.serve"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-from canned_http import CannedServer
+from testkit_canned_http import CannedServer
 
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection

@@ -3,7 +3,7 @@ fixed set of inputs.
 
     pip install ggml-python==0.0.45 && python tests/data/q4k/make_golden.py
 
-The inputs of the 13 data classes are not stored: each is regenerated from numpy's default_rng(seed) by q4k_cases.py,
+The inputs of the 13 data classes are not stored: each is regenerated from numpy's default_rng(seed) by testkit_q4k_cases.py,
 and golden.json keeps their sha256 so a test can tell a changed generator from a changed quantizer. The hard
 cases' inputs are stored (hard_inputs.bin, float32 little-endian), since `requant_ties` is built with the C
 quantizer itself.
@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-import q4k_cases as cases  # beside this script, so on the path when it runs
+import testkit_q4k_cases as cases  # beside this script, so on the path when it runs
 
 HERE = Path(__file__).parent
 BLOCKS_PER_CLASS = 24

@@ -1,5 +1,5 @@
 """The digests FALSIFY-DET-001 compares (tests/test_determinism.py), and the child process that computes them under a
-given BLAS thread count: `python tests/determinism_digests.py ENGINE` prints one JSON line. The child imports only
+given BLAS thread count: `python tests/testkit_determinism_digests.py ENGINE` prints one JSON line. The child imports only
 numpy and the engine (not pytest, not the contract loader): three of them start per gate run (issue #28)."""
 
 from __future__ import annotations
