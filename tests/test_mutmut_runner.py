@@ -13,8 +13,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from gate_cli import run_cli
-from mutmut_toy import TOY, UNCOVERED, copy_toy, set_up_mutmut
+from testkit_gate_cli import run_cli
+from testkit_mutmut_toy import TOY, UNCOVERED, copy_toy, set_up_mutmut
 
 from falsify.mutation.mutmut.config import (
     Baseline,
@@ -374,6 +374,24 @@ def test_mutmut_runs_on_the_toy_in_a_scratch_copy(tmp_path: Path) -> None:
     assert all(by_id[m["id"]]["status"] == "Survived" for m in not_covered)
     assert all("not run (--run-listed" in by_id[m["id"]]["description"] for m in [*not_covered, killed[0]])
     assert all(by_id[m["id"]]["status"] in ("Killed", "Timeout") for m in killed[1:])
+
+    # Sample 1 of 2: only its mutants run; the others are Ignored, outside the sample; the drawn ones end as in
+    # the second run.
+    from falsify.mutation.mutmut.running import in_sample
+
+    third = run_cli("mutmut", "-j", "2", "--sample", "1/2", cwd=root, env=env, timeout=1200)
+    out = third.stdout
+    assert third.returncode == 0, out + third.stderr
+    drawn = [m["id"] for m in mutants if in_sample(m["id"], (1, 2))]
+    assert 0 < len(drawn) < len(mutants)
+    assert f"--sample 1/2: {len(drawn)} of {len(mutants)} mutants are in the sample" in out
+    assert f"sample 1 of 2: {len(drawn)} of {len(mutants)} mutants drawn" in out
+    sampled = json.loads(report_path.read_text(encoding="utf-8"))["files"]["toy/loop.py"]["mutants"]
+    for m in sampled:
+        if m["id"] in drawn:
+            assert m["status"] == by_id[m["id"]]["status"], m
+        else:
+            assert m["status"] == "Ignored" and "outside this run's --sample" in m["description"], m
 
 
 def test_recheck_drops_the_listed_survivors_now_killed(tmp_path: Path) -> None:

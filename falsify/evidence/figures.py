@@ -238,7 +238,8 @@ def gaps(ev: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def mutmut(summary: dict[str, Any] | None) -> tuple[str, str] | None:
-    """summary: {"killed", "survived", "timeout", "no_tests", "floor" (kill-rate floor, 0..1)} or None."""
+    """summary: {"killed", "survived", "timeout", "no_tests", "floor" (kill-rate floor, 0..1), "sample" ([K, N] or
+    None)} or None."""
     if not summary:
         return None
     parts = [("killed", GREEN), ("survived", RED), ("timeout", AMBER), ("no_tests", GREY)]
@@ -265,4 +266,7 @@ def mutmut(summary: dict[str, Any] | None) -> tuple[str, str] | None:
         + ", ".join(f"{c} {name.replace('_', ' ')}" for name, c, _ in counts)
         + (f" of {total}; kill rate {killed / total:.1%}")
     )
+    sample = summary.get("sample")
+    if isinstance(sample, list) and len(sample) == 2:
+        caption += f" (sample {sample[0]} of {sample[1]} of the mutants: falsify mutmut --sample)"
     return _svg(width, 70.0, body, "mutmut outcomes against the floor"), caption

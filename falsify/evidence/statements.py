@@ -356,6 +356,8 @@ def mutmut_summary(report: dict[str, Any], root: Path) -> dict[str, Any]:
 
     killed = Killed; survived = Survived; timeout = Timeout; no_tests = NoCoverage; other = anything else.
     floor: [tool.falsify.mutmut] kill_rate_floor (a fraction, or a percentage above 1) in pyproject.toml, or None.
+    sample: [K, N] when the run drew sample K of N (falsify mutmut --sample; the mutants outside it are Ignored,
+    so the counts are the sample's), else None.
     """
 
     names = {"Killed": "killed", "Survived": "survived", "Timeout": "timeout", "NoCoverage": "no_tests"}
@@ -373,7 +375,12 @@ def mutmut_summary(report: dict[str, Any], root: Path) -> dict[str, Any]:
             floor = raw / 100 if raw > 1 else raw
     except ProjectError:
         floor = None
-    return {**counts, "floor": floor}
+    config = report.get("config")
+    drawn = config.get("sample") if isinstance(config, dict) else None
+    sample = None
+    if isinstance(drawn, list) and len(drawn) == 2 and all(type(x) is int for x in drawn):
+        sample = drawn if 1 <= drawn[0] <= drawn[1] else None
+    return {**counts, "floor": floor, "sample": sample}
 
 
 def git_source(root: Path) -> dict[str, Any]:

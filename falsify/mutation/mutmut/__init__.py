@@ -38,6 +38,13 @@ run. `--run-listed` runs them too; `--write-baseline` always does.
 `--recheck` runs only the mutants the baseline lists as survivors (after tests were added); with
 `--write-baseline` it drops the ones now killed.
 
+`--sample K/N` runs only the K-th of N samples of a whole run's mutants, each mutant's sample being the CRC-32
+of its mutmut name mod N (so the N samples partition the mutants, and a mutant keeps its sample while its
+function is unchanged). Every mutant is still generated and located, so a baseline entry whose mutant is gone is
+still reported; those outside the sample are "not in the sample (not run)" (Stryker: Ignored) and leave every
+count but the total. The kill-rate floor is applied to the sample's rate, and the verdict says it is a sample's.
+CI uses it where the whole run does not fit its time (.ci/run).
+
 `--executor local|ray` runs the same mutants in shards of whole functions through the executor seam (threads here,
 or a Ray cluster's warm workers at --address), with the same report; without it, mutmut's own -j children.
 
@@ -110,7 +117,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timeout", type=seconds(zero_is_none=False), help="override [tool.falsify.mutmut] timeout (seconds)"
     )
+    p.add_argument(
+        "--sample",
+        type=sample_spec,
+        metavar="K/N",
+        help="run only sample K of N of a whole run's mutants, drawn by a hash of each mutant's name (the N "
+        "samples partition them); the others are reported as not in the sample, not run",
+    )
     stryker.add_out_option(p, Path(".falsify/mutmut"))
+
+
+def sample_spec(text: str) -> tuple[int, int]:
+    """--sample K/N: integers with 1 <= K <= N (argparse turns the ValueError into a one-line usage error)."""
+    k, slash, n = text.partition("/")
+    if not (slash and k.strip().isdigit() and n.strip().isdigit()):
+        raise argparse.ArgumentTypeError(f"expected K/N, two whole numbers such as 1/4, got {text!r}")
+    pair = int(k), int(n)
+    if not 1 <= pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"K/N needs 1 <= K <= N, got {text!r}")
+    return pair
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,6 +161,11 @@ def run(args: argparse.Namespace) -> int:
         raise MutmutError("--recheck and --since each pick the mutants: give one")
     if args.run_listed and (args.recheck or args.since):
         raise MutmutError("--run-listed is for a whole run; --recheck and --since pick their own mutants")
+    if args.sample and (args.since or args.recheck or args.write_baseline or args.executor):
+        raise MutmutError(
+            "--sample draws from a whole run on mutmut's own children: not with --since, --recheck, "
+            "--write-baseline or --executor"
+        )
     baseline = read_baseline(project, config)
     if args.timeout is not None:
         if args.timeout <= 0:
@@ -172,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             recheck=baseline if args.recheck else None,
             in_shards=in_shards if args.executor else None,
             skip_listed=skip_listed,
+            sample=args.sample,
         )
     result.baseline = baseline
     if (args.since or args.recheck) and not result.patterns:

@@ -44,6 +44,9 @@ STATUS_BY_EXIT_CODE = {
 # skips them unless --run-listed or --write-baseline): counted as surviving, so the kill rate is what it would be if
 # it survived as listed, and a listed survivor now killed is found only by --recheck or --run-listed.
 LISTED_NOT_RUN = "listed (not run)"
+# A mutant outside the sample a `--sample K/N` run draws (running.in_sample): not run, out of every count but the
+# total; the next K's run draws it.
+NOT_SAMPLED = "not in the sample (not run)"
 SURVIVING = ("survived", "no tests", LISTED_NOT_RUN)
 STRYKER_STATUS = {
     "killed": "Killed",
@@ -52,6 +55,7 @@ STRYKER_STATUS = {
     "survived": "Survived",
     "no tests": "NoCoverage",
     LISTED_NOT_RUN: "Survived",
+    NOT_SAMPLED: "Ignored",
     "skipped": "Ignored",
     "not checked": "Pending",
     "suspicious": "RuntimeError",
@@ -141,6 +145,7 @@ class MutmutRun:
     since: str | None = None
     patterns: list[str] = field(default_factory=list)
     recheck: bool = False  # only the baseline's [[survivor]] mutants were run
+    sample: tuple[int, int] | None = None  # (K, N): only the mutants of sample K of N were run (--sample)
     baseline: Baseline = field(default_factory=lambda: Baseline(DEFAULT_BASELINE))
 
     @property
@@ -172,11 +177,17 @@ class MutmutRun:
         """Mutants the baseline lists that this run did not run (LISTED_NOT_RUN)."""
         return [m for m in self.mutants if m.status == LISTED_NOT_RUN]
 
+    @property
+    def not_sampled(self) -> list[MutmutMutant]:
+        """Mutants outside this run's --sample (NOT_SAMPLED)."""
+        return [m for m in self.mutants if m.status == NOT_SAMPLED]
+
     def stale(self) -> list[tuple[str, BaselineEntry]]:
         """Baseline entries this run does not bear out: a listed survivor now killed (remove it: the list
         shrinks), a listed equivalent mutant killed (it was not equivalent), or an entry whose mutant this run
         did not produce with that mutated line. Not read in a --since or --recheck run, which mutates a subset;
-        a listed mutant this run did not run (LISTED_NOT_RUN) is not known to be killed."""
+        a listed mutant this run did not run (LISTED_NOT_RUN) is not known to be killed, and one outside a
+        --sample (NOT_SAMPLED) is not known at all (whether it still exists is: every mutant is generated)."""
         if self.partial:
             return []
         out = []
@@ -188,6 +199,8 @@ class MutmutRun:
                 found = [m for m in self.mutants if e.matches(m)]
                 if not found:
                     out.append(("no such mutant (the code changed)", e))
+                elif all(m.status == NOT_SAMPLED for m in found):
+                    continue
                 elif not any(m.status in SURVIVING for m in found):
                     out.append((f"listed as {kind}, now {found[0].status}", e))
         return out

@@ -11,6 +11,7 @@ from falsify import __version__
 from falsify.mutation import stryker
 from falsify.mutation.mutmut.config import (
     LISTED_NOT_RUN,
+    NOT_SAMPLED,
     STRYKER_STATUS,
     MutmutMutant,
     MutmutRun,
@@ -20,10 +21,17 @@ from falsify.table import table
 
 def kill_rate(run: MutmutRun) -> tuple[int, int]:
     """(detected, judged) over the non-equivalent mutants: killed, timed out or caught by the type check, over
-    every mutant that ran (not skipped, not left unchecked) and is not listed as equivalent."""
+    every mutant that ran (not skipped, not left unchecked, not outside a --sample) and is not listed as
+    equivalent."""
     counts = run.counts
     detected = counts["killed"] + counts["timeout"] + counts["caught by type check"]
-    judged = len(run.mutants) - counts["skipped"] - counts["not checked"] - len(run.equivalent)
+    judged = (
+        len(run.mutants)
+        - counts["skipped"]
+        - counts["not checked"]
+        - counts[NOT_SAMPLED]
+        - len(run.equivalent)
+    )
     return detected, judged
 
 
@@ -34,15 +42,25 @@ def verdict(run: MutmutRun) -> tuple[str, bool]:
     rate = 100.0 * detected / judged if judged else 0.0
     floor = run.config.kill_rate_floor
     new = len(run.new_survivors)
-    # A --since or --recheck run mutates a subset: the floor is a property of the whole run, not of a sample.
+    # A --since or --recheck run mutates a subset chosen by what changed or what is listed: the floor is a property
+    # of the whole run, not of such a subset. A --sample draws its mutants by a hash of their names, regardless of
+    # outcome, so the floor is applied to the sample's rate (stated as such).
     floor_ok = run.partial or rate >= floor
     ok = judged > 0 and floor_ok and new == 0
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     known = len(run.survivors) - new - len(run.equivalent)
+    drawn = ""
+    if run.sample:
+        k, n = run.sample
+        drawn = (
+            f"sample {k} of {n}: {total - len(run.not_sampled)} of {total} mutants drawn, the other "
+            f"{len(run.not_sampled)} not run (the whole run: no --sample); "
+        )
     return (
-        f"mutmut: {'PASS' if ok else 'FAIL'} — {total} mutants over {len(run.files)} files ({parts}); "
+        f"mutmut: {'PASS' if ok else 'FAIL'} — {total} mutants over {len(run.files)} files ({parts}); {drawn}"
         f"{len(run.equivalent)} listed as equivalent; kill rate {detected}/{judged} = "
-        f"{f'{rate:.1f}%' if judged else 'n/a'} of the non-equivalent mutants against a floor of {floor:g}%"
+        f"{f'{rate:.1f}%' if judged else 'n/a'} of the non-equivalent mutants"
+        f"{' in the sample' if run.sample else ''} against a floor of {floor:g}%"
         f"{' (not applied to a partial run)' if run.partial else ''}; {len(run.survivors) - len(run.equivalent)} "
         f"survivors (survived or no test): {known} listed in {run.baseline.path}, {new} not listed; "
         + (f"{len(run.not_run)} listed mutants not run (--run-listed); " if run.not_run else "")
@@ -71,6 +89,10 @@ def render_survivors(run: MutmutRun) -> str:
 
 
 def _description(m: MutmutMutant, equivalent: bool) -> str:
+    if m.status == NOT_SAMPLED:
+        return "mutmut: outside this run's --sample, not run" + (
+            " (listed as equivalent)" if equivalent else ""
+        )
     if m.status == LISTED_NOT_RUN:
         listed = "listed as equivalent" if equivalent else "a listed survivor, counted as surviving"
         return f"mutmut: {listed}, not run (--run-listed runs it)"
@@ -110,5 +132,6 @@ def to_stryker(run: MutmutRun, root: Path) -> dict[str, Any]:
             "kill_rate_floor": run.config.kill_rate_floor,
             "baseline": run.config.baseline,
             "since": run.since,
+            "sample": list(run.sample) if run.sample else None,
         },
     )

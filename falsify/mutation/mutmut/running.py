@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import tomllib
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 from falsify.mutation.mutmut.config import (
     CLASS_SEPARATOR,
     LISTED_NOT_RUN,
+    NOT_SAMPLED,
     STATUS_BY_EXIT_CODE,
     Baseline,
     MutmutConfig,
@@ -325,11 +327,14 @@ def run_mutmut(
     recheck: Baseline | None = None,
     in_shards: Callable[[MutmutRun], MutmutRun] | None = None,
     skip_listed: Baseline | None = None,
+    sample: tuple[int, int] | None = None,
 ) -> MutmutRun:
     """mutmut over the configured files (or the --since / --recheck subset): with its own parallelism (`jobs`
     children), or handed to `in_shards` once chosen (sharded.py: shards on an executor). With `skip_listed`, a
     whole run generates the mutants first, locates them, and runs only those the baseline lists neither as
-    equivalent nor as survivors; the listed ones come back as LISTED_NOT_RUN."""
+    equivalent nor as survivors; the listed ones come back as LISTED_NOT_RUN. With `sample` (K, N), a whole run
+    generates and locates every mutant and runs only those of sample K (in_sample); the others come back as
+    NOT_SAMPLED."""
     files = sorted(
         {
             str(p.relative_to(project.root))
@@ -340,7 +345,11 @@ def run_mutmut(
     )
     if not files:
         raise MutmutError(f"[tool.falsify.mutmut] paths {list(config.paths)} match no Python file")
-    run = MutmutRun(config, files, since=since)
+    run = MutmutRun(config, files, since=since, sample=sample)
+    if sample is not None and (recheck is not None or since or in_shards is not None):
+        raise MutmutError(
+            "--sample draws from a whole run on mutmut's own children: not with --since, --recheck or --executor"
+        )
     if recheck is not None:
         # mutmut's names are the current code's right after a whole run; an entry whose name no longer exists is
         # simply not run (and a whole run reports it as gone).
@@ -370,16 +379,23 @@ def run_mutmut(
         located: dict[str, MutmutMutant] = {}
         listed: set[str] = set()
         names = list(run.patterns)
-        if skip_listed is not None and sets_aside(run, skip_listed):
+        outside: set[str] = set()
+        if sample is not None or (skip_listed is not None and sets_aside(run, skip_listed)):
             generate(tree, scratch, config.timeout, jobs)  # as `mutmut run` would; it reuses them
-            located, listed = set_listed_aside(tree, scratch, run, skip_listed, progress)
-            names = [n for n in located if n not in listed] if listed else names
+            located, listed = set_listed_aside(
+                tree, scratch, run, skip_listed or Baseline(config.baseline), progress
+            )
+            if sample is not None:
+                outside = set_sample_aside(located, listed, sample, progress)
+            if listed or outside:
+                names = [n for n in located if n not in listed and n not in outside]
         log = ""
-        if not listed or names:
+        # an empty name list would run every mutant: when all are set aside, mutmut is not run at all
+        if not (listed or outside) or names:
             args = ["run", "--max-children", str(jobs), *names]
             done = threading.Event()
             watcher = threading.Thread(
-                target=_report_progress, args=(tree, run, done, progress, listed), daemon=True
+                target=_report_progress, args=(tree, run, done, progress, listed | outside), daemon=True
             )
             watcher.start()
             try:
@@ -399,7 +415,7 @@ def run_mutmut(
         if not mutants:
             raise MutmutError(f"mutmut reported no mutant:\n{_clean_tail(log)}")
         if located:
-            run.mutants = with_results(located, listed, mutants)
+            run.mutants = with_results(located, listed, mutants, outside)
         else:
             run.mutants = locate(tree, mutants, scratch, timeout=600)
     run.seconds = time.perf_counter() - start
@@ -428,15 +444,41 @@ def set_listed_aside(
     return located, listed
 
 
+def in_sample(name: str, sample: tuple[int, int]) -> bool:
+    """Whether mutant `name` is in sample K of N: the CRC-32 of its name, mod N, is K - 1. The N samples
+    partition the mutants; a mutant stays in its sample while mutmut keeps its name (its function unchanged)."""
+    k, n = sample
+    return zlib.crc32(name.encode()) % n == k - 1
+
+
+def set_sample_aside(
+    located: dict[str, MutmutMutant], listed: set[str], sample: tuple[int, int], progress: Any
+) -> set[str]:
+    """The names of the mutants outside `sample`, which the run does not run."""
+    outside = {n for n in located if not in_sample(n, sample)}
+    inside = len(located) - len(outside)
+    progress(
+        f"mutmut: --sample {sample[0]}/{sample[1]}: {inside} of {len(located)} mutants are in the sample "
+        f"({len(set(located) - outside - listed)} to run, {len(listed - outside)} listed in the baseline); "
+        f"the {len(outside)} others are not run"
+    )
+    return outside
+
+
 def with_results(
-    located: dict[str, MutmutMutant], listed: set[str], results: list[MutmutMutant]
+    located: dict[str, MutmutMutant],
+    listed: set[str],
+    results: list[MutmutMutant],
+    outside: set[str] | None = None,
 ) -> list[MutmutMutant]:
     """The run's results, in their order, with the lines `located` found before the run (not read again); the
-    listed mutants as LISTED_NOT_RUN."""
+    listed mutants as LISTED_NOT_RUN, those outside the sample as NOT_SAMPLED."""
     out = []
     for m in results:
         where = located.get(m.name, m)
-        if m.name in listed:
+        if outside and m.name in outside:
+            out.append(dataclasses.replace(where, status=NOT_SAMPLED, duration=None))
+        elif m.name in listed:
             out.append(dataclasses.replace(where, status=LISTED_NOT_RUN, duration=None))
         else:
             out.append(dataclasses.replace(where, status=m.status, duration=m.duration))
