@@ -984,7 +984,15 @@ def test_a_mutmut_report_is_kept_summarised_drawn_and_verified(copy: Path, verif
         "--mutmut-report",
         str(copy / "mutmut.json"),
     )
-    assert ev["mutmut"] == {"killed": 9, "survived": 1, "timeout": 1, "no_tests": 1, "other": 0, "floor": 0.7}
+    assert ev["mutmut"] == {
+        "killed": 9,
+        "survived": 1,
+        "timeout": 1,
+        "no_tests": 1,
+        "other": 0,
+        "floor": 0.7,
+        "sample": None,
+    }
     svg = (root / "with-mutmut" / "mutmut.svg").read_text(encoding="utf-8")
     assert "floor 70%" in svg
     assert "kill rate 75.0%" in (root / "with-mutmut" / REPORT_MD).read_text(encoding="utf-8")

@@ -72,6 +72,13 @@ def test_gaps_and_mutmut() -> None:
     assert drawn is not None and drawn[0].count("<rect") == 4
     bar = mutmut({"killed": 90, "survived": 8, "timeout": 2, "no_tests": 0, "floor": 0.9})
     assert bar is not None and "kill rate 90.0%" in bar[1] and "floor 90%" in bar[0]
+    assert "sample" not in bar[1]
+    drawn_sample = mutmut(
+        {"killed": 9, "survived": 1, "timeout": 0, "no_tests": 0, "floor": 0.9, "sample": [3, 4]}
+    )
+    assert (
+        drawn_sample is not None and "of 10; kill rate 90.0% (sample 3 of 4 of the mutants" in drawn_sample[1]
+    )
     assert mutmut(None) is None and mutmut({"killed": 0}) is None
 
 
