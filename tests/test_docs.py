@@ -246,3 +246,30 @@ def test_adapter_blocks(module: str, tmp_path: Path) -> None:
     assert passed and outcomes <= {"passed", "skipped"}, outcomes
     # a skip here is only the plugin's NOT APPLICABLE (the prefill contract's lanes half), never a test's own
     assert all(t.get("not_applicable") for t in tests.values() if t["outcome"] == "skipped")
+
+
+LONGEST_LINE = 300  # issue #50: a docs line a reader takes in at once; table rows and code blocks are exempt
+
+
+def long_lines(text: str) -> list[tuple[int, int]]:
+    """(line number, length) of each line over LONGEST_LINE characters outside fenced code blocks and table rows."""
+    found, fenced = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and not line.lstrip().startswith("|") and len(line) > LONGEST_LINE:
+            found.append((number, len(line)))
+    return found
+
+
+def test_long_lines_finds_prose_and_skips_tables_and_code() -> None:
+    long = "x" * (LONGEST_LINE + 1)
+    text = f"{long}\n| {long} |\n```text\n{long}\n```\n{'y' * LONGEST_LINE}\n  {long}\n"
+    assert long_lines(text) == [(1, LONGEST_LINE + 1), (7, LONGEST_LINE + 3)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_no_docs_line_over_the_limit(page: Path) -> None:
+    found = long_lines(page.read_text(encoding="utf-8"))
+    where = ", ".join(f"{page.relative_to(ROOT)}:{number} ({length} characters)" for number, length in found)
+    assert not found, f"lines over {LONGEST_LINE} characters outside tables and code (wrap them): {where}"
