@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from testkit_gate_cli import run_cli
+from testkit_gate_cli import init_project, run_cli
 
 from falsify.engines import env_settings
 from falsify.engines.loading import REGISTERED, EngineError, load_engine, probe_wire, resolve_engine
@@ -162,12 +162,7 @@ def test_number_settings_in_range_are_read() -> None:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    init = run_cli("init", cwd=root, env=ENV)
-    assert init.returncode == 0, init.stdout + init.stderr
-    return root
+    return init_project(tmp_path / "proj", ENV)
 
 
 @pytest.mark.parametrize(

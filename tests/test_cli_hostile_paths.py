@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from testkit_gate_cli import run_cli
+from testkit_gate_cli import init_project, run_cli
 
 from falsify.contracts.corpus import discover
 from falsify.contracts.lint import EXIT_CLEAN, lint
@@ -23,14 +23,18 @@ SECRET = "TOP SECRET LINE"
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A fresh `falsify init` project at tmp_path/proj, and tmp_path/outside beside it holding a secret."""
-    root = tmp_path / "proj"
-    root.mkdir()
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    init = run_cli("init", cwd=root, env=ENV)
-    assert init.returncode == 0, init.stdout + init.stderr
+    root = init_project(tmp_path / "proj", ENV)
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "secret.txt").write_text(SECRET + "\n")
     return root
+
+
+def moved_and_linked(path: Path, to: Path) -> Path:
+    """Move path into the directory `to` and leave a symlink to it in its place; the path now linked to."""
+    moved = to / path.name
+    path.rename(moved)
+    path.symlink_to(moved)
+    return moved
 
 
 def _no_traceback(result: subprocess.CompletedProcess[str]) -> None:
@@ -52,10 +56,7 @@ def test_a_yaml_file_linked_out_of_the_project_is_named_and_never_read(project: 
 
 
 def test_a_contract_linked_out_of_the_project_fails_the_gate_before_any_falsifier(project: Path) -> None:
-    contract = project / "contracts" / "example-cancel-v1.yaml"
-    moved = project.parent / "outside" / contract.name
-    contract.rename(moved)
-    contract.symlink_to(moved)
+    moved_and_linked(project / "contracts" / "example-cancel-v1.yaml", project.parent / "outside")
     result = run_cli("gate", cwd=project, env=ENV)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "a symlink to a file outside the project: not followed" in result.stdout
@@ -65,11 +66,8 @@ def test_a_contract_linked_out_of_the_project_fails_the_gate_before_any_falsifie
 def test_a_link_inside_the_project_is_followed(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule is where the link leads, not that it is one: a contract linked to another place in the project
     loads."""
-    contract = project / "contracts" / "example-cancel-v1.yaml"
     (project / "shared").mkdir()
-    moved = project / "shared" / contract.name
-    contract.rename(moved)
-    contract.symlink_to(moved)
+    moved_and_linked(project / "contracts" / "example-cancel-v1.yaml", project / "shared")
     monkeypatch.chdir(project)  # its mutants are looked up in the project of the working directory
     corpus, code = lint([project / "contracts"])
     assert (code, [c.id for c in corpus.contracts]) == (EXIT_CLEAN, ["example-cancel-v1"])
@@ -77,9 +75,7 @@ def test_a_link_inside_the_project_is_followed(project: Path, monkeypatch: pytes
 
 def test_a_tests_directory_linked_out_of_the_project_is_refused_before_pytest(project: Path) -> None:
     tests = project / "tests"
-    moved = project.parent / "outside" / "tests"
-    tests.rename(moved)
-    tests.symlink_to(moved)
+    moved_and_linked(tests, project.parent / "outside")
     for command in ("gate", "bindings"):
         result = run_cli(command, cwd=project, env=ENV)
         assert result.returncode == 2, command + result.stdout + result.stderr
@@ -91,9 +87,7 @@ def test_a_tests_directory_linked_out_of_the_project_is_refused_before_pytest(pr
 
 def test_a_test_file_linked_out_of_the_project_is_refused_by_the_plugin(project: Path) -> None:
     test = project / "tests" / "test_example_cancel.py"
-    moved = project.parent / "outside" / test.name
-    test.rename(moved)
-    test.symlink_to(moved)
+    moved_and_linked(test, project.parent / "outside")
     result = run_cli("gate", cwd=project, env=ENV)
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"falsify: {test}: a symlink to a file outside the project: not followed" in result.stderr

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from test_evidence import ENGINE, built, copy, evidence_args, falsify_cli, statements, verify
 
-from falsify.boundedjson import FieldError
+from falsify.untrusted.boundedjson import FieldError
 from falsify.contracts.corpus import Corpus, load_corpus
 from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS, SIGNATURES, STATEMENTS, junit
 from falsify.evidence.mutation import check_report, normalise, outcomes
@@ -73,27 +73,37 @@ def readers(built: Path) -> tuple[Path, Corpus, dict[str, Any], dict[str, Any]]:
     return root, corpus, results, report
 
 
+def refusals(doc: dict[str, Any], check: Any, name: str, read: Any, *, names_the_field: bool) -> int:
+    """Replace every field of doc in turn by each value of another type: `check` refuses the copy on one line
+    (naming the field's last key when names_the_field), or every reader (`read`) takes it. How many were refused."""
+    refused = 0
+    for path in list(paths(doc)):
+        for value in OTHER_TYPES:
+            changed = replaced(doc, path, value)
+            try:
+                check(changed, name)
+            except FieldError as exc:
+                assert_one_line(str(exc), name)
+                if names_the_field and path:
+                    assert str(path[-1]) in str(exc), (path, str(exc))
+                refused += 1
+            else:
+                read(changed)
+    return refused
+
+
 def test_every_results_field_of_another_type_is_refused_by_name_or_read_safely(
     readers: tuple[Path, Corpus, dict[str, Any], dict[str, Any]],
 ) -> None:
     root, corpus, results, report = readers
-    refused = 0
-    for path in list(paths(results)):
-        for value in OTHER_TYPES:
-            doc = replaced(results, path, value)
-            try:
-                check_results(doc, "results.json")
-            except FieldError as exc:
-                assert_one_line(str(exc), "results.json")
-                if path:
-                    assert str(path[-1]) in str(exc), (path, str(exc))
-                refused += 1
-                continue
-            # Accepted: every reader of a results file takes it.
-            per_prediction(corpus, doc)
-            pytest_tally(doc)
-            normalise_results(doc, root, "contracts")
-            outcomes(normalise(report, root), corpus, doc, root)
+
+    def read(doc: dict[str, Any]) -> None:  # every reader of a results file
+        per_prediction(corpus, doc)
+        pytest_tally(doc)
+        normalise_results(doc, root, "contracts")
+        outcomes(normalise(report, root), corpus, doc, root)
+
+    refused = refusals(results, check_results, "results.json", read, names_the_field=True)
     assert refused > len(list(paths(results)))  # most replacements are of the wrong type
 
 
@@ -110,21 +120,14 @@ def test_every_mutation_report_field_of_another_type_is_refused_by_name_or_read_
     readers: tuple[Path, Corpus, dict[str, Any], dict[str, Any]],
 ) -> None:
     root, corpus, results, report = readers
-    refused = 0
-    for path in list(paths(report)):
-        for value in OTHER_TYPES:
-            doc = replaced(report, path, value)
-            try:
-                check_report(doc, "m.json")
-            except FieldError as exc:
-                assert_one_line(str(exc), "m.json")
-                refused += 1
-                continue
-            kept = normalise(doc, root)
-            outcomes(kept, corpus, results, root)
-            cannot_show_from_stryker(kept)
-            mutmut_summary(kept, root)
-    assert refused > len(list(paths(report)))
+
+    def read(doc: dict[str, Any]) -> None:  # every reader of a mutation report
+        kept = normalise(doc, root)
+        outcomes(kept, corpus, results, root)
+        cannot_show_from_stryker(kept)
+        mutmut_summary(kept, root)
+
+    assert refusals(report, check_report, "m.json", read, names_the_field=False) > len(list(paths(report)))
 
 
 def test_a_mutant_without_id_or_status_is_refused_by_name() -> None:

@@ -4,14 +4,17 @@ unbounded memory; and whatever `falsify mutants` starts ends with it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from testkit_gate_cli import run_cli
 
 from falsify.contracts.corpus import Mutant
 from falsify.mutation.semantic import report, scratch, spec, targets
@@ -269,13 +272,19 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_what_a_command_leaves_running_in_its_group_is_ended_with_it(tmp_path: Path) -> None:
-    pidfile = tmp_path / "pid"
-    script = f"sleep 300 & echo $! > {pidfile}; exit 0"
+@contextlib.contextmanager
+def _shell_in_scratch(tmp_path: Path, script: str) -> Iterator[tuple[scratch.Finished, float]]:
+    """`sh -c SCRIPT` run by a scratch copy's runner: what it returned and the seconds it took, inside the copy."""
     with scratch.Scratch(_project(tmp_path, {})) as s:
         started = time.monotonic()
         finished = s.run(["sh", "-c", script], cwd=tmp_path, env=dict(os.environ), timeout=30)
-        assert finished.returncode == 0 and time.monotonic() - started < 10
+        yield finished, time.monotonic() - started
+
+
+def test_what_a_command_leaves_running_in_its_group_is_ended_with_it(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    with _shell_in_scratch(tmp_path, f"sleep 300 & echo $! > {pidfile}; exit 0") as (finished, seconds):
+        assert finished.returncode == 0 and seconds < 10
         leftover = int(pidfile.read_text())
         time.sleep(0.2)
         assert not _alive(leftover)
@@ -283,12 +292,10 @@ def test_what_a_command_leaves_running_in_its_group_is_ended_with_it(tmp_path: P
 
 def test_a_process_that_leaves_the_group_holding_the_pipe_does_not_hang_the_run(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    script = f"setsid sleep 300 & echo $! > {pidfile}; echo started"
-    with scratch.Scratch(_project(tmp_path, {})) as s:
-        started = time.monotonic()
-        finished = s.run(["sh", "-c", script], cwd=tmp_path, env=dict(os.environ), timeout=30)
+    with _shell_in_scratch(tmp_path, f"setsid sleep 300 & echo $! > {pidfile}; echo started") as (finished, seconds):
+        pass
     try:
-        assert time.monotonic() - started < 20
+        assert seconds < 20
         assert "started" in finished.output
     finally:
         os.kill(int(pidfile.read_text()), 9)
@@ -402,15 +409,7 @@ def test_falsify_mutants_refuses_a_hostile_mutant_on_one_line_exit_2(
     (root / "example_engine" / "data.bin").write_bytes(b"\xff\xfeab\x00")
     (root / "mutants" / "example-poll-after-forward.yaml").write_text(body, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "falsify.cli", "mutants", "--timeout", "20"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    done = run_cli("mutants", "--timeout", "20", cwd=root, env=env, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     first = done.stdout.splitlines()[0]

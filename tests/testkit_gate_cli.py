@@ -30,6 +30,15 @@ def run_cli(
     )
 
 
+def init_project(root: Path, env: dict[str, str]) -> Path:
+    """A fresh git repository at root (created) with `falsify init` run in it, as an adopter starts; root."""
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    init = run_cli("init", cwd=root, env=env)
+    assert init.returncode == 0, init.stdout + init.stderr
+    return root
+
+
 def run_gate(
     engine: str,
     out: Path,
