@@ -4,7 +4,8 @@ The package's folders follow the data flow (each may import only from the ones b
 enforces it):
 
     errors, project, table   shared base: named errors, the project's configuration, plain-text tables;
-    boundedjson, safefile    the one reader for JSON falsify did not write; the one file layer for user paths
+    untrusted/               the layer every untrusted input passes: safefile (the one file layer for user
+                             paths) and boundedjson (the one reader for JSON falsify did not write)
     subcommand               how every `falsify` subcommand's parser is made
     contracts/               YAML loading, schema check, formula language, corpus, lint
     engines/                 the engine protocol, loading an engine by name, adapters for engines no one here wrote

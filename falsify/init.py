@@ -16,9 +16,9 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-from falsify import safefile
 from falsify.project import ProjectError, read_toml, subtable
 from falsify.subcommand import add_subcommand
+from falsify.untrusted import safefile
 from falsify.wrapper import DIRECTORY, SUMS, WrapperError, pin
 
 HELP = "write a working starter into this repo: [tool.falsify], a contract, a falsifier, a mutant, CI"

@@ -27,8 +27,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from falsify import safefile
 from falsify.errors import FalsifyError
+from falsify.untrusted import safefile
 
 KEYS = (
     "contracts",

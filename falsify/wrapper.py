@@ -20,10 +20,11 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from falsify import __version__, safefile
+from falsify import __version__
 from falsify.contracts.packs import DISTRIBUTION
 from falsify.errors import FalsifyError
 from falsify.subcommand import add_subcommand
+from falsify.untrusted import safefile
 
 DIRECTORY = ".falsify-harness"
 SUMS = "SHA256SUMS"

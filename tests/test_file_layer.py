@@ -1,4 +1,4 @@
-"""The one file layer (falsify/safefile.py) and the commands that write or read through it (issue #27): `init`,
+"""The one file layer (falsify/untrusted/safefile.py) and the commands that write or read through it (issue #27): `init`,
 `keygen`, `sign`, `verify --key`, `diff`. Each hostile path is a named error with nothing written outside, no
 hang and no traceback. Every test runs under a SIGALRM bound so a FIFO read that blocks fails instead of hanging."""
 
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from testkit_hang_bound import hang_bound
 
-from falsify import boundedjson, safefile
 from falsify.evidence import STATEMENTS
 from falsify.evidence.diff import load_evidence
 from falsify.evidence.sign import check_envelopes, keygen, load_private_key, load_public_key
 from falsify.evidence.tree import EvidenceError
 from falsify.init import run as init
 from falsify.project import ProjectError
+from falsify.untrusted import boundedjson, safefile
 
 
 @pytest.fixture(autouse=True)

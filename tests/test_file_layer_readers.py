@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from testkit_hang_bound import hang_bound
 
-from falsify import boundedjson, safefile
 from falsify.engines.adapters.llamacpp_files import CheckpointError, checkpoint_config
 from falsify.errors import FalsifyError
 from falsify.evidence.collect import read_gate_dir
@@ -24,6 +23,7 @@ from falsify.evidence.mutation import load_report
 from falsify.evidence.tree import EvidenceError
 from falsify.mutation.mutmut.config import MutmutError, read_baseline, read_config
 from falsify.project import ProjectError, find_project
+from falsify.untrusted import boundedjson, safefile
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 Make = Callable[[Path], object]

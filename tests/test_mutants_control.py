@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from test_mutants_runner import falsify, toy  # noqa: F401  (toy: the fixture)
 
-from falsify import safefile
 from falsify.harness.results import Outcome, PredictionResult
 from falsify.mutation.semantic import control
+from falsify.untrusted import safefile
 
 REUSED = "mutants: control reused from .falsify/control/"
 RAN = "mutants: control green —"

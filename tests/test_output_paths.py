@@ -9,7 +9,7 @@ import pytest
 from testkit_gate_cli import run_cli
 
 from falsify.harness.gate import copy_junit
-from falsify.safefile import FileLayerError
+from falsify.untrusted.safefile import FileLayerError
 
 ROOT = Path(__file__).resolve().parents[1]
 JUNIT = b'<?xml version="1.0" encoding="utf-8"?><testsuites/>\n'

@@ -23,7 +23,7 @@ from falsify.contracts.packs import contracts_dir, is_pack_file
 from falsify.contracts.yamlfile import Located, format_path, load_yaml
 from falsify.errors import ContractError, Problem
 from falsify.project import Project, find_project, find_project_or_none, schema_path, source_problem
-from falsify.safefile import link_out_of
+from falsify.untrusted.safefile import link_out_of
 
 YAML_SUFFIXES = (".yaml", ".yml")
 

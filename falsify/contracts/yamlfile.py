@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from falsify import safefile
 from falsify.errors import ContractError, Problem
+from falsify.untrusted import safefile
 
 MAX_BYTES = 1 << 20  # 1 MiB: a contract is prose plus formulas; a larger file is a mistake or an attack
 MAX_DEPTH = 32  # nesting of mappings and sequences; a contract needs 4

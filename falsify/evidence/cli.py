@@ -13,7 +13,6 @@ import os
 import time
 from pathlib import Path
 
-from falsify import boundedjson, safefile
 from falsify.contracts.corpus import contract_dirs, load_corpus
 from falsify.engines.loading import check_engine, engine_forms, resolve_engine
 from falsify.evidence import (
@@ -44,6 +43,7 @@ from falsify.evidence.tree import DEFAULT_SOURCES, EvidenceError, Inputs, source
 from falsify.evidence.verify import MAX_JSON_BYTES, verify
 from falsify.harness.proven import report_engine
 from falsify.project import find_project
+from falsify.untrusted import boundedjson, safefile
 
 HELP = {
     "evidence": "write a release evidence bundle (in-toto statements, reports)",

@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from falsify import safefile
-from falsify.boundedjson import show
 from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS
 from falsify.evidence.mutation import load_report
 from falsify.evidence.tree import EvidenceError
 from falsify.harness.results import load_results
 from falsify.project import Project
+from falsify.untrusted import safefile
+from falsify.untrusted.boundedjson import show
 
 # A bundle's statements must be the same bytes for the same tree: hypothesis runs derandomized with no database
 # (the plugin's "ci" profile), and hashing is seeded. A caller's explicit settings win.

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from falsify import boundedjson
 from falsify.evidence import CONTRACT_EVIDENCE_TYPE, STATEMENTS
 from falsify.evidence.tree import EvidenceError
 from falsify.evidence.verify import statement_lines
+from falsify.untrusted import boundedjson
 
 FACTOR = 2.0
 HELP = "compare two evidence bundles (OLD NEW): changed outcomes, proofs, mutants, engine; exit 1 on a regression"

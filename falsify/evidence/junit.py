@@ -14,8 +14,8 @@ import xml.etree.ElementTree as ET
 from typing import Any
 from xml.parsers import expat
 
-from falsify.boundedjson import show
 from falsify.evidence.tree import EvidenceError
+from falsify.untrusted.boundedjson import show
 
 MAX_DEPTH = 32
 MAX_ELEMENTS = 2_000_000  # ~3 per test: a million-test run's report still fits

@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from falsify import safefile
-from falsify.boundedjson import Field
 from falsify.contracts.corpus import Corpus, Mutant
 from falsify.evidence.digests import canonical, scrub, sha256_bytes
 from falsify.evidence.tree import EvidenceError
 from falsify.harness.proven import cannot_show_from_stryker
+from falsify.untrusted import safefile
+from falsify.untrusted.boundedjson import Field
 
 # Fields that differ between two runs of the same tree; dropped from the bundle's copy of the report.
 _TIMING_KEYS = ("duration", "performance", "testsCompleted", "timestamp", "startedAt", "finishedAt")

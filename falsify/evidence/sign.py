@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from falsify import boundedjson, safefile
 from falsify.evidence import SIGNATURES, STATEMENTS
 from falsify.evidence.tree import EvidenceError
+from falsify.untrusted import boundedjson, safefile
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 MAX_KEY_BYTES = 64 * 2**10  # a PEM Ed25519 key is ~120 bytes: anything past this is not one

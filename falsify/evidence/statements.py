@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from falsify import evidence as layout  # the bundle's file names and statement types
-from falsify.boundedjson import Field
 from falsify.contracts.corpus import Corpus
 from falsify.errors import FormulaError
 from falsify.evidence import junit
@@ -47,6 +46,7 @@ from falsify.evidence.verdict import decide, junit_totals
 from falsify.harness.proven import PredictionProof, proofs
 from falsify.harness.results import PredictionResult, check_results, per_prediction, test_counts
 from falsify.project import ProjectError, read_toml, subtable
+from falsify.untrusted.boundedjson import Field
 
 # Packages whose versions the environment block names: the harness, the engine's numerics, the oracles. These are
 # distribution names, as importlib.metadata looks them up, not import names: the harness imports as `falsify` but

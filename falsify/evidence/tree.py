@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from falsify import safefile
-from falsify.boundedjson import Field
 from falsify.contracts.corpus import YAML_SUFFIXES
 from falsify.engines.loading import EngineError, load_engine
 from falsify.errors import FalsifyError
 from falsify.evidence.digests import descriptor, sha256_file
 from falsify.project import Project, glob_problem
+from falsify.untrusted import safefile
+from falsify.untrusted.boundedjson import Field
 
 DEFAULT_SOURCES = ("reference/**/*.py",)
 WEIGHT_FILES = ("config.json", "model.safetensors")

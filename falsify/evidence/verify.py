@@ -17,7 +17,6 @@ from typing import Any
 
 import jsonschema
 
-from falsify import boundedjson, safefile
 from falsify.contracts.corpus import contract_dirs, load_corpus
 from falsify.errors import FalsifyError
 from falsify.evidence import (
@@ -47,6 +46,7 @@ from falsify.evidence.tree import (
 )
 from falsify.harness.proven import report_engine
 from falsify.project import find_project
+from falsify.untrusted import boundedjson, safefile
 
 MAX_JSON_BYTES = 256 << 20  # a bundle's statements, results and reports are parsed whole: bounded first
 

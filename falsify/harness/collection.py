@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from falsify.safefile import link_out_of
+from falsify.untrusted.safefile import link_out_of
 
 MARKER = "falsifies"
 MAX_SOURCE = 16 * 2**20  # bytes of a test file scanned for the marker

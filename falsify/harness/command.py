@@ -9,7 +9,7 @@ from pathlib import Path
 
 from falsify.errors import FalsifyError
 from falsify.project import Project
-from falsify.safefile import link_out_of
+from falsify.untrusted.safefile import link_out_of
 
 
 def falsifier_args(

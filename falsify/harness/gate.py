@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from falsify import safefile
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.env_settings import check_all
@@ -46,6 +45,7 @@ from falsify.harness.results import (
 from falsify.project import Project, ProjectError, read_toml, subtable
 from falsify.subcommand import seconds_problem
 from falsify.table import table
+from falsify.untrusted import safefile
 
 GATE_KEYS = ("test_timeout", "timeout")  # [tool.falsify.gate]
 DEFAULT_TEST_TIMEOUT = 900.0  # seconds per falsifier; [tool.falsify.gate] test_timeout or --test-timeout

@@ -19,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from falsify import safefile
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.loading import EngineError, engine_forms, is_openai, load_engine, probe_wire
 from falsify.errors import FalsifyError, terminal_safe
@@ -27,6 +26,7 @@ from falsify.harness.gate import check_environment, gate, lint_project
 from falsify.harness.results import Outcome
 from falsify.project import Project, find_project
 from falsify.table import table
+from falsify.untrusted import safefile
 
 SHORT = {
     "PASS": "PASS",

@@ -9,8 +9,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from falsify.boundedjson import Field, show
 from falsify.contracts.corpus import Corpus
+from falsify.untrusted.boundedjson import Field, show
 
 
 def write_results(
@@ -127,8 +127,8 @@ MAX_RESULTS = 256 * 2**20  # bytes of a results.json
 def load_results(path: Path) -> dict[str, Any]:
     """A results.json (the gate's, or one given to `falsify evidence --from`): through the file layer and the
     bounded JSON reader, and a JSON object, or a FalsifyError naming the file."""
-    from falsify import safefile
     from falsify.errors import FalsifyError
+    from falsify.untrusted import safefile
 
     data = safefile.read_json(path, limit=MAX_RESULTS, what="results file")
     if not isinstance(data, dict):

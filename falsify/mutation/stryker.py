@@ -38,7 +38,7 @@ def write_report(data: dict[str, Any], out: Path, title: str) -> tuple[Path, Pat
     """DATA as OUT/mutation-report.json and the page that renders it, OUT/mutation-report.html (OUT created).
     Both replaced atomically through the file layer: a link in a report's place is refused, never written
     through (issue #27)."""
-    from falsify import safefile
+    from falsify.untrusted import safefile
 
     safefile.make_dirs(out, what="--out directory")
     json_path, html_path = out / "mutation-report.json", out / "mutation-report.html"

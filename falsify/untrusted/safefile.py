@@ -157,8 +157,8 @@ def read_text(path: Path, *, limit: int, what: str = "file", root: Path | None =
 
 def read_json(path: Path, *, limit: int, what: str = "file", root: Path | None = None) -> Any:
     """The value of the JSON document at `path`: a regular file of at most `limit` bytes, read by the bounded
-    JSON reader (falsify/boundedjson.py); any failure is a FileLayerError naming the file."""
-    from falsify import boundedjson
+    JSON reader (falsify/untrusted/boundedjson.py); any failure is a FileLayerError naming the file."""
+    from falsify.untrusted import boundedjson
 
     data = read_bytes(path, limit=limit, what=what, root=root)
     try:

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from falsify import boundedjson, safefile
 from falsify.errors import FalsifyError
+from falsify.untrusted import boundedjson, safefile
 
 CONVERTER = "vendor/llama.cpp/convert_hf_to_gguf.py"
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from falsify import boundedjson
 from falsify.engines.env_settings import OPENAI_TIMEOUT, openai_timeout
 from falsify.errors import FalsifyError, terminal_safe
+from falsify.untrusted import boundedjson
 
 TIMEOUT_ENV = "FALSIFY_OPENAI_TIMEOUT"
 REQUEST_TIMEOUT = (

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from falsify import boundedjson
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection
 from falsify.engines.wire.messages import (
@@ -34,6 +33,7 @@ from falsify.engines.wire.messages import (
     ErrorCode,
 )
 from falsify.engines.wire.transports import HttpTransport, StdioTransport, TransportError
+from falsify.untrusted import boundedjson
 
 # The errors an engine sends that a conformance run provokes. Not provoked: -32600 (a JSON line that is not a
 # message: an engine may take it for a stray reply and send nothing) and -32002 (a request before initialize: the

@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from falsify import boundedjson
 from falsify.engines.wire import errors
 from falsify.engines.wire.messages import (
     ENGINE_NOTIFICATIONS,
@@ -26,6 +25,7 @@ from falsify.engines.wire.messages import (
 )
 from falsify.engines.wire.transports import HttpTransport, StdioTransport, TransportError
 from falsify.errors import terminal_safe
+from falsify.untrusted import boundedjson
 
 OnEngine = Callable[[str, dict[str, Any]], dict[str, Any] | None]
 

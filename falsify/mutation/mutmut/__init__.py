@@ -61,7 +61,6 @@ import os
 import shutil
 from pathlib import Path
 
-from falsify import safefile
 from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.mutmut.config import MutmutError, MutmutRun, read_baseline, read_config, render_baseline
@@ -70,6 +69,7 @@ from falsify.mutation.mutmut.running import run_mutmut
 from falsify.mutation.mutmut.sharded import run_sharded
 from falsify.project import find_project
 from falsify.subcommand import add_subcommand, jobs, seconds
+from falsify.untrusted import safefile
 
 # The command; its parts: config.py (configuration, run records, baseline), running.py, sharded.py (--executor),
 # report.py.

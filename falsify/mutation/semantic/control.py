@@ -31,9 +31,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from falsify import safefile
 from falsify.harness.results import Outcome, PredictionResult
 from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
+from falsify.untrusted import safefile
 
 VERSION = 1  # of the entry format
 DIRECTORY = Path(".falsify/control")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import falsify
-from falsify import safefile
+from falsify.untrusted import safefile
 
 ODD_LENGTHS = [1, 63, 75, 150, 500]
 

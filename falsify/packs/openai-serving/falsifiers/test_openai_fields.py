@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import falsify
-from falsify import boundedjson
 from falsify.engines.deadline_http import DeadlineConnection
+from falsify.untrusted import boundedjson
 
 MAX_REPLY = 16 * 2**20  # bytes of one reply read
 
