@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from test_evidence import ENGINE, built, copy, evidence_args, falsify_cli, statements, verify
 
-from falsify.untrusted.boundedjson import FieldError
 from falsify.contracts.corpus import Corpus, load_corpus
 from falsify.evidence import JUNIT, MUTATION_REPORT, RESULTS, SIGNATURES, STATEMENTS, junit
 from falsify.evidence.mutation import check_report, normalise, outcomes
@@ -29,6 +28,7 @@ from falsify.evidence.tree import EvidenceError
 from falsify.harness.proven import cannot_show_from_stryker
 from falsify.harness.results import check_results, per_prediction
 from falsify.harness.results import test_counts as pytest_tally
+from falsify.untrusted.boundedjson import FieldError
 
 __all__ = ["built", "copy", "verify"]  # fixtures used here, defined in test_evidence
 

@@ -11,10 +11,14 @@ import pytest
 import reference
 
 # the public names, each where its module defines it
-EXPORTS = (
-    "reference.cancel.CancelToken reference.lanes.LaneHost reference.model.load_model reference.q4k.Q4_K "
-    "reference.session.Session reference.tiny.tiny_model"
-).split()
+EXPORTS = [
+    "reference.cancel.CancelToken",
+    "reference.lanes.LaneHost",
+    "reference.model.load_model",
+    "reference.q4k.Q4_K",
+    "reference.session.Session",
+    "reference.tiny.tiny_model",
+]
 
 
 @pytest.mark.parametrize("dotted", EXPORTS)

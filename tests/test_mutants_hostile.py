@@ -292,7 +292,8 @@ def test_what_a_command_leaves_running_in_its_group_is_ended_with_it(tmp_path: P
 
 def test_a_process_that_leaves_the_group_holding_the_pipe_does_not_hang_the_run(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
-    with _shell_in_scratch(tmp_path, f"setsid sleep 300 & echo $! > {pidfile}; echo started") as (finished, seconds):
+    script = f"setsid sleep 300 & echo $! > {pidfile}; echo started"
+    with _shell_in_scratch(tmp_path, script) as (finished, seconds):
         pass
     try:
         assert seconds < 20

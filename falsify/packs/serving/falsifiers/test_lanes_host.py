@@ -57,6 +57,12 @@ def alone(engine: Any, model: Any) -> Any:
     return run
 
 
+def pool(host: Any) -> dict[str, int]:
+    """The shared KV pool's pages as the pool predictions observe them: free, used and total."""
+    free, used, total = host.pool()
+    return {"free": free, "used": used, "total": total}
+
+
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-004")
 @pytest.mark.parametrize(("prompt_len", "chunk_cap"), [(300, 64), (700, 128), (1100, 64)])
 def test_decode_waits_at_most_one_chunk(engine: Any, model: Any, prompt_len: int, chunk_cap: int) -> None:
@@ -101,15 +107,12 @@ def test_leaving_mid_pass_returns_the_lane(engine: Any, model: Any, leave_round:
         host.round()
     held = baseline_free - host.pool()[0]
     host.leave(a)
-    free, used, total = host.pool()
     falsify.check(
         "FALSIFY-SERVE-PREFILL-005",
         leave_round=leave_round,
         held=held,
         baseline_free=baseline_free,
-        free=free,
-        used=used,
-        total=total,
+        **pool(host),
     )
     assert other in host.streams()
 
@@ -364,9 +367,8 @@ def test_lane_host_state_machine(engine: Any, model: Any, alone: Any, request: p
 
         @invariant()
         def pool_conserved(self) -> None:
-            free, used, total = self.host.pool()
             held = sum(self.host.stats(s).pages for s in self.jobs)
-            falsify.check("FALSIFY-SERVE-PREFILL-008", free=free, used=used, total=total, lanes_held=held)
+            falsify.check("FALSIFY-SERVE-PREFILL-008", lanes_held=held, **pool(self.host))
 
         @invariant()
         def no_starved_stream(self) -> None:
