@@ -239,6 +239,25 @@ def test_a_numpy_engine_with_the_serving_pack_reaches_a_signed_go(
     twin_fails(repo, env)
 
 
+def test_a_numpy_engine_whose_state_copy_shares_its_kv_cache_fails_prefill_020(
+    user: tuple[dict[str, str], float], tmp_path: Path
+) -> None:
+    """Issue 45, as a new user found it: a numpy engine with a KV cache (tests/data/adopter/tinykv.py, capabilities
+    generate and prefill) whose state copy shares the cache with its original passed FALSIFY-SERVE-PREFILL-020 while
+    the check advanced both by the same tokens. In the adopter's repo `falsify mutants` runs the control (the
+    engine as written: PREFILL-020 green) and the aliasing copy (kvmutants/kv-copy-shares-the-cache.yaml): KILLED
+    by PREFILL-020."""
+    env, _ = user
+    repo = new_repo(tmp_path, env, "tinykv:make_engine", '"tinykv.py", "tinyrnn.py"')
+    for name in ("tinykv.py", "tinyrnn.py"):
+        shutil.copy2(DATA / name, repo / name)
+    for mutant in (DATA / "kvmutants").glob("*.yaml"):
+        shutil.copy2(mutant, repo / "mutants" / mutant.name)
+    report = ok(["falsify", "mutants", "kv-copy-shares-the-cache", "--strict"], repo, env)
+    assert "kv-copy-shares-the-cache: KILLED" in report and "by 1/1 listed" in report, report[-3000:]
+    assert re.search(r"^FALSIFY-SERVE-PREFILL-020 +X", report, re.M), report[-3000:]
+
+
 def test_a_compiled_wire_engine_with_the_serving_pack_reaches_a_signed_go(
     user: tuple[dict[str, str], float], tmp_path: Path
 ) -> None:

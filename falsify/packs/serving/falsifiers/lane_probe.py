@@ -206,9 +206,14 @@ class LaneProbe:
         return chunks, fed, max((len(r.prefilling) for r in self.rounds), default=0)
 
 
-def observe(pid: str, m: StreamMeasure, budget: int | None, max_tokens: int) -> None:
-    """Check `pid` on one stream when the stream is in its domain (012, 014-016: cancelled by its own token)."""
+def observe(
+    pid: str, m: StreamMeasure, budget: int | None, max_tokens: int, *, resumed: bool | None = None
+) -> None:
+    """Check `pid` on one stream when the stream is in its domain (012, 014-016: cancelled by its own token).
+    `resumed`: whether the stream's prefill was paused and resumed (None: not told; no corner is reached)."""
     bounds = {"max_tokens": max_tokens, **({} if budget is None else {"n": budget})}
+    if resumed is not None:
+        bounds["resumed"] = resumed
     cancelled = budget is not None and budget < max_tokens
     if pid == "FALSIFY-SERVE-PREFILL-013":
         falsify.check(
