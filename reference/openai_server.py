@@ -31,7 +31,7 @@ import uuid
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from reference.http_guard import GuardedHandler
+from reference.http_guard import LISTEN_BACKLOG, GuardedHandler
 from reference.openai_batcher import Batcher, Detokenizer, Job, Token, encode, piece
 
 MODEL_ID = "reference-tiny"
@@ -197,6 +197,7 @@ class Reply:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, port: int, batcher: Batcher) -> None:
         super().__init__(("127.0.0.1", port), _Handler)

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from reference.http_guard import GuardedHandler
+from reference.http_guard import LISTEN_BACKLOG, GuardedHandler
 
 PROTOCOL_VERSION = "falsify-engine/1.1"
 # The capabilities each version this server speaks carries (1.1 adds lanes and sample: reference/serve_lanes.py).
@@ -428,6 +428,7 @@ class HttpLink(Link):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, address: tuple[str, int]) -> None:
         super().__init__(address, _Handler)

@@ -6,6 +6,7 @@ in the servers). In process, on 127.0.0.1; each test is bounded by SIGALRM."""
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
 import time
@@ -174,3 +175,74 @@ def test_the_openai_server_still_serves_the_edges_it_allows(oai: int) -> None:
     reply = json.loads(out.partition(b"\r\n\r\n")[2])
     # 20 alternatives, keyed by their text: pieces that detokenize alike share one key, so at most 20 show.
     assert len(reply["choices"]) == 1 and 1 < len(reply["choices"][0]["logprobs"]["top_logprobs"][0]) <= 20
+
+
+def dribbled(port: int, head: bytes, body: bytes | None, every: float = 0.2) -> tuple[int, bytes]:
+    """Send `head` (dribbled itself when body is None), then `body` one byte every `every` s, until the server
+    answers or hangs up: (bytes sent dribbling, what the server sent)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        if body is not None:
+            sock.sendall(head)
+        sent = 0
+        for byte in head if body is None else body:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                break
+            sent += 1
+            ready, _, _ = select.select([sock], [], [], every)
+            if ready:
+                break
+        try:
+            return sent, sock.recv(200)
+        except OSError:
+            return sent, b""
+
+
+@pytest.mark.parametrize("kind", ["wire", "oai"])
+@pytest.mark.parametrize("what", ["body", "head"])
+def test_one_deadline_bounds_a_request_however_its_bytes_are_spread(
+    kind: str, what: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #48: each recv had the idle timeout, so a byte every 5 s held a connection past the documented 30 s;
+    the request's deadline (lowered here to 1 s) ends it whatever the pace. Each byte comes well within the idle
+    timeout (0.2 s of 2 s), so only the deadline can end it: 200 bytes at 0.2 s would take 40 s."""
+    handler = serve._Handler if kind == "wire" else openai_server._Handler
+    monkeypatch.setattr(handler, "timeout", 2.0)
+    monkeypatch.setattr(handler, "request_timeout", 1.0)
+    port = request.getfixturevalue(kind)
+    path = "/rpc" if kind == "wire" else "/v1/completions"
+    body = b" " * 200
+    head = post(path, b"", len(body)) if what == "body" else post(path, b"", 0).replace(b"Host: x", b"Host: " + b"x" * 200)
+    sent, answer = dribbled(port, head, body if what == "body" else None)
+    assert sent < 200, "the server took a dribbled request for as long as it came"
+    assert answer == b"" or b" 408 " in answer.split(b"\r\n", 1)[0], answer[:200]
+    assert exchange(port, post(path, GOOD[path])).startswith(b"HTTP/1.0 "), "the server stopped serving"
+
+
+@pytest.mark.parametrize("kind", ["wire", "oai"])
+def test_bodies_are_bounded_in_total_across_connections(
+    kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #48: six concurrent 16 MiB prompts took the OpenAI server from 50 to 640 MB; each body was bounded,
+    not their sum. Lowered here to 120 bytes in all: a body of 80 held mid-read leaves room for 40, not another 80."""
+    handler = serve._Handler if kind == "wire" else openai_server._Handler
+    monkeypatch.setattr(handler, "max_bodies", 120)
+    monkeypatch.setattr(handler, "timeout", 15.0)  # the holder is dropped only when it hangs up (20 s alarm)
+    monkeypatch.setattr(handler, "request_timeout", 15.0)
+    port = request.getfixturevalue(kind)
+    path = "/rpc" if kind == "wire" else "/v1/completions"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as holder:
+        holder.sendall(post(path, b"", 80))  # headers and no body yet: the server holds 80 bytes for it
+        refused = b""
+        while b" 503 " not in refused.split(b"\r\n", 1)[0]:  # until the holder's headers are read (hang_bound)
+            refused = exchange(port, post(path, b" " * 80))
+        assert b"busy: the bodies being read take 120 bytes in all" in refused, refused[:300]
+        small = GOOD[path]
+        assert len(small) <= 40
+        assert exchange(port, post(path, small)).startswith(b"HTTP/1.0 200"), "a body within the rest is served"
+    # the holder gone (its body never came: 408 or a reset), its 80 bytes are free again
+    answer = b""
+    while not answer.startswith(b"HTTP/1.0 200"):
+        answer = exchange(port, post(path, small + b" " * (80 - len(small))))
+        assert b" 503 " in answer.split(b"\r\n", 1)[0] or answer.startswith(b"HTTP/1.0 200"), answer[:200]

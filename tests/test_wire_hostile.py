@@ -5,6 +5,7 @@ each test is bounded by SIGALRM so a regression fails instead of hanging the sui
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import sys
@@ -303,3 +304,52 @@ def test_a_signal_during_the_gates_probe_stops_the_probed_engine(tmp_path: Path,
         for pid in map(int, pids.read_text().split()[0::2] if pids.exists() else ()):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("method", "actions"),
+    [
+        ("generate", [{"poll_forever": 1}]),
+        ("lane_round", [{"poll_forever": 1}]),
+        ("generate", [{"notify_forever": "$/forward"}]),
+        ("prefill_step", [{"notify_forever": "$/forward"}]),
+    ],
+)
+def test_one_deadline_bounds_a_call_whatever_the_engine_sends_meanwhile(
+    tmp_path: Path, method: str, actions: list[dict[str, object]]
+) -> None:
+    """Issue #48: each message restarted the 1 s message timeout, so an engine repeating $/poll (or $/forward)
+    held the call for ever; the call's own deadline ends it, and the error says what came meanwhile."""
+    conn = scripted(tmp_path, {method: actions}, timeout=1)
+    conn.call_timeout = 2.0
+    started = time.monotonic()
+    with pytest.raises(errors.EngineTimeout, match=r"no reply within 2 s .*one deadline per call.* messages meanwhile"):
+        conn.request(method, {"request": 1}, lambda m, p: {"cancelled": False} if m == "$/poll" else None)
+    assert time.monotonic() - started < 15  # 2 s, with room for a loaded machine: the bound is the alarm's 30 s
+    assert isinstance(conn.transport, StdioTransport) and conn.transport.proc.poll() is not None
+    with pytest.raises(errors.EngineTimeout):  # final: the next call raises the same error at once
+        conn.request("load_model", {"weights": "f32"})
+
+
+@pytest.mark.parametrize("code", [int(ErrorCode.INVALID_INPUT), int(ErrorCode.LANE_REFUSED), -32603, 7])
+def test_a_refused_initialize_is_final_and_the_engine_is_stopped(tmp_path: Path, code: int) -> None:
+    """Issue #48: an engine answering initialize with an error was started again for every call (an
+    INVALID_INPUT or LANE_REFUSED reply was no WireError), and the refused engine kept running."""
+    counter = tmp_path / "starts"
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"initialize": [{"error": [code, "no"]}]}), encoding="utf-8")
+    wrapper = tmp_path / "engine.py"
+    wrapper.write_text(
+        f"import os, runpy, sys\nopen({str(counter)!r}, 'a').write(f'{{os.getpid()}} ')\n"
+        f"sys.argv = [{str(SCRIPTED)!r}, {str(script)!r}]\nrunpy.run_path({str(SCRIPTED)!r}, run_name='__main__')\n",
+        encoding="utf-8",
+    )
+    engine = WireEngine(f"exec:{sys.executable} {wrapper}")
+    for _ in range(3):
+        with pytest.raises(errors.WireError, match="initialize") as caught:
+            engine.connection()
+    pids = counter.read_text().split()
+    assert len(pids) == 1  # started once, not once per call
+    assert "no" in str(caught.value)
+    with pytest.raises(ProcessLookupError):  # stopped (and reaped) when refused, not at the harness's exit
+        os.kill(int(pids[0]), 0)

@@ -1,4 +1,4 @@
-"""Numbers falsify reads from the environment: FALSIFY_WIRE_TIMEOUT, FALSIFY_OPENAI_TIMEOUT and FALSIFY_TEST_TIMEOUT
+"""Numbers falsify reads from the environment: FALSIFY_WIRE_TIMEOUT, FALSIFY_WIRE_CALL_TIMEOUT, FALSIFY_OPENAI_TIMEOUT and FALSIFY_TEST_TIMEOUT
 (seconds), FALSIFY_WIRE_MAX_LINE (bytes), FALSIFY_LLAMACPP_THREADS and FALSIFY_TORCH_THREADS (threads). Unset or
 empty means the default; anything else must be a finite number in the variable's range, else the caller's named
 error, `NAME='value' must be ...`, one line: never a float() traceback, nor the OverflowError 1e308 seconds gave
@@ -12,6 +12,9 @@ from falsify.subcommand import MAX_SECONDS, MIN_SECONDS, seconds_problem  # the 
 
 MAX_THREADS = 1024
 WIRE_TIMEOUT = 30.0  # seconds the harness waits for each message of a wire engine
+# seconds one wire call may take, all of it, whatever the engine sends meanwhile ($/poll, $/log, $/forward): a
+# message restarts WIRE_TIMEOUT, never this (issue #48: an engine repeating $/poll held a lane_round for ever)
+WIRE_CALL_TIMEOUT = 300.0
 WIRE_MAX_LINE = 16 * 2**20  # bytes in one wire message line
 OPENAI_TIMEOUT = 300.0  # seconds one request to an OpenAI-compatible server may take, all of it
 
@@ -58,6 +61,10 @@ def wire_timeout(error: type[Exception]) -> float:
     return seconds("FALSIFY_WIRE_TIMEOUT", WIRE_TIMEOUT, error)
 
 
+def wire_call_timeout(error: type[Exception]) -> float:
+    return seconds("FALSIFY_WIRE_CALL_TIMEOUT", WIRE_CALL_TIMEOUT, error)
+
+
 def wire_max_line(error: type[Exception]) -> int:
     return whole_number("FALSIFY_WIRE_MAX_LINE", WIRE_MAX_LINE, error, low=1024, high=2**30, unit=" of bytes")
 
@@ -77,6 +84,7 @@ def threads(name: str, error: type[Exception]) -> int:
 def check_all(error: type[Exception]) -> None:
     """Every FALSIFY_* number, checked before a run starts: the first bad one is ERROR naming it."""
     wire_timeout(error)
+    wire_call_timeout(error)
     wire_max_line(error)
     openai_timeout(error)
     test_timeout(error)

@@ -29,7 +29,13 @@ import numpy as np
 
 from falsify.engines.calls import CheckedGenerate, GenerateCall
 from falsify.engines.cancel import HarnessCancel
-from falsify.engines.env_settings import WIRE_MAX_LINE, WIRE_TIMEOUT, wire_max_line, wire_timeout
+from falsify.engines.env_settings import (
+    WIRE_MAX_LINE,
+    WIRE_TIMEOUT,
+    wire_call_timeout,
+    wire_max_line,
+    wire_timeout,
+)
 from falsify.engines.prefill import Stepped
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
@@ -66,6 +72,7 @@ class WireEngine:
         self.spec = spec
         self.name = spec
         self.timeout = wire_timeout(errors.EngineStartError)
+        self.call_timeout = wire_call_timeout(errors.EngineStartError)
         self.max_line = wire_max_line(errors.EngineStartError)
         self.info: dict[str, Any] = {}
         self.capabilities: frozenset[str] = frozenset()
@@ -95,8 +102,19 @@ class WireEngine:
             transport = open_transport(self.spec, max_line=self.max_line, timeout=self.timeout)
         except TransportError as exc:
             raise errors.EngineStartError(str(exc)) from None
-        conn = Connection(transport, timeout=self.timeout, max_line=self.max_line)
+        conn = Connection(
+            transport, timeout=self.timeout, max_line=self.max_line, call_timeout=self.call_timeout
+        )
         atexit.register(conn.close)
+        try:
+            self._handshake(conn)
+        except errors.WireError as exc:  # an error reply to initialize: stop the engine too, not only refuse it
+            if conn.failure is None:
+                conn.fail(exc)
+            raise
+        return conn
+
+    def _handshake(self, conn: Connection) -> None:
         harness = {"name": "falsify", "version": _version()}
         result: dict[str, Any] | None = None
         for offered in PROTOCOL_VERSIONS:  # newest first; an engine refuses a version it does not speak
@@ -106,6 +124,10 @@ class WireEngine:
             except errors.ProtocolVersionMismatch as refused:
                 if offered == PROTOCOL_VERSIONS[-1]:
                     conn.fail(refused)
+            except (errors.EngineRefusal, errors.LaneRefused) as refused:
+                # any refusal of initialize is final: the engine is stopped and every later call raises this
+                # (issue #48: an engine answering initialize with an error was started again for every call)
+                conn.fail(errors.EngineStartError(f"engine {self.spec}: initialize refused: {refused}"))
         assert result is not None
         if result["protocolVersion"] not in PROTOCOL_VERSIONS:
             conn.fail(
@@ -120,7 +142,6 @@ class WireEngine:
         if self.version != PROTOCOL_VERSION:  # a 1.0 engine: what it names beyond 1.0 is not carried
             capabilities &= frozenset(V1_CAPABILITIES)
         self.capabilities = capabilities
-        return conn
 
     def close(self) -> None:
         with self._lock:

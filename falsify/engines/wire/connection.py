@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from falsify.engines.env_settings import WIRE_CALL_TIMEOUT
 from falsify.engines.wire import errors
 from falsify.engines.wire.messages import (
     ENGINE_NOTIFICATIONS,
@@ -39,9 +40,19 @@ class EngineRefused(Exception):
 
 
 class Connection:
-    def __init__(self, transport: StdioTransport | HttpTransport, *, timeout: float, max_line: int) -> None:
+    def __init__(
+        self,
+        transport: StdioTransport | HttpTransport,
+        *,
+        timeout: float,
+        max_line: int,
+        call_timeout: float = WIRE_CALL_TIMEOUT,
+    ) -> None:
         self.transport = transport
         self.timeout = timeout
+        # one deadline per request, whatever the engine sends meanwhile: each message restarts `timeout` (the
+        # engine is alive), never this one (it may be alive and never answer: $/poll without end, issue #48)
+        self.call_timeout = call_timeout
         self.max_line = max_line
         self.failure: errors.WireError | None = None
         # what this conversation exercised: each method sent or received, and each error code received
@@ -51,6 +62,7 @@ class Connection:
         self._answered = False  # a message of the engine's has been read
         self._lock = threading.Lock()  # one request in flight: the protocol is not pipelined
         self._quiet_until = 0.0  # time.monotonic() by which the engine must send a message other than $/log
+        self._during: Counter[str] = Counter()  # the engine's messages since the request in flight was sent
         self._total: tuple[float, float] | None = (
             None  # (deadline, seconds) of the whole request, if it has one
         )
@@ -98,7 +110,8 @@ class Connection:
         total: float | None = None,
     ) -> dict[str, Any]:
         """The result of `method`. The engine must send a message of the protocol within the timeout of the last
-        one (`$/log` lines do not count: an endless log is silence); with `total`, the reply within that."""
+        one (`$/log` lines do not count: an endless log is silence), and the reply within `call_timeout` (or
+        `total`, if shorter) of the request, however many messages come between."""
         with self._lock:
             if self.failure is not None:
                 raise self.failure
@@ -108,7 +121,9 @@ class Connection:
             waiting = f"waiting for the reply to {method} (id {rid})"
             now = time.monotonic()
             self._quiet_until = now + self.timeout
-            self._total = (now + total, total) if total is not None else None
+            total = self.call_timeout if total is None else min(total, self.call_timeout)
+            self._total = (now + total, total)
+            self._during = Counter()
             try:
                 self._send(
                     {"id": rid, "method": method, "params": params}, request_id=rid, waiting_for=waiting
@@ -142,7 +157,8 @@ class Connection:
             if self._total is not None and now >= self._total[0]:
                 self.fail(
                     errors.EngineTimeout(
-                        f"{self._who()}: no reply within {self._total[1]:g} s while {waiting}"
+                        f"{self._who()}: no reply within {self._total[1]:g} s while {waiting} "
+                        f"(one deadline per call, FALSIFY_WIRE_CALL_TIMEOUT; {self._since_request()})"
                     )
                 )
             if now >= self._quiet_until:
@@ -176,6 +192,7 @@ class Connection:
                 self.fail(errors.EngineCrashed(f"{self._who()}: {value} while {waiting}{self._status()}"))
             self._answered = True
             message = self._parse(value, waiting)
+            self._during[str(message.get("method", "a reply"))] += 1
             if message.get("method") != "$/log":
                 self._quiet_until = time.monotonic() + self.timeout
             return message
@@ -261,6 +278,12 @@ class Connection:
         self.transport.close(grace)
         if self.failure is None:
             self.failure = errors.EngineCrashed(f"{self._who()}: the connection was closed by the harness")
+
+    def _since_request(self) -> str:
+        if not self._during:
+            return "the engine sent nothing meanwhile"
+        shown = ", ".join(f"{m} {n:,}" for m, n in self._during.most_common(3))
+        return f"the engine sent {sum(self._during.values()):,} messages meanwhile: {shown}"
 
     def _who(self) -> str:
         return f"engine {self.transport.description}"
