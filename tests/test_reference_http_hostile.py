@@ -6,7 +6,9 @@ in the servers). In process, on 127.0.0.1; each test is bounded by SIGALRM."""
 from __future__ import annotations
 
 import json
+import os
 import select
+import selectors
 import socket
 import threading
 import time
@@ -246,3 +248,58 @@ def test_bodies_are_bounded_in_total_across_connections(
     while not answer.startswith(b"HTTP/1.0 200"):
         answer = exchange(port, post(path, small + b" " * (80 - len(small))))
         assert b" 503 " in answer.split(b"\r\n", 1)[0] or answer.startswith(b"HTTP/1.0 200"), answer[:200]
+
+
+def burst(port: int, request: bytes, n: int, bound: float) -> tuple[int, dict[str, int]]:
+    """n clients connect at once (non-blocking, one burst of SYNs), each sends `request` and reads to the end:
+    (how many answered 200, the socket errors met by name and count)."""
+    socks = []
+    sel = selectors.DefaultSelector()
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        socks.append(sock)
+        sel.register(sock, selectors.EVENT_WRITE, b"")
+    answers: list[bytes] = []
+    failed: dict[str, int] = {}
+    deadline = time.monotonic() + bound
+    try:
+        while len(answers) + sum(failed.values()) < n and time.monotonic() < deadline:
+            for key, event in sel.select(0.2):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    if event & selectors.EVENT_WRITE:
+                        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                        if err:
+                            raise OSError(err, os.strerror(err))
+                        sock.send(request)
+                        sel.modify(sock, selectors.EVENT_READ, b"")
+                    elif chunk := sock.recv(65536):
+                        sel.modify(sock, selectors.EVENT_READ, key.data + chunk)
+                    else:
+                        answers.append(key.data)
+                        sel.unregister(sock)
+                except OSError as exc:
+                    failed[exc.strerror or str(exc)] = failed.get(exc.strerror or str(exc), 0) + 1
+                    sel.unregister(sock)
+    finally:
+        for sock in socks:
+            sock.close()
+        sel.close()
+    return sum(a.startswith(b"HTTP/1.0 200") for a in answers), failed
+
+
+@pytest.mark.parametrize("kind", ["wire", "oai"])
+def test_200_concurrent_loopback_clients_are_all_answered(kind: str, request: pytest.FixtureRequest) -> None:
+    """Issue #48: with socketserver's listen backlog of 5, a burst of 200 clients left ~40 % reset or unanswered
+    (measured: 108 of 200 answered within 60 s on the wire server); the backlog is LISTEN_BACKLOG. Loopback, 200
+    clients, one request each; the pass criterion is every answer a 200, the 15 s only bounds a failing run."""
+    port = request.getfixturevalue(kind)
+    if kind == "wire":
+        one = post("/rpc", GOOD["/rpc"])
+    else:
+        one = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    answered, failed = burst(port, one, 200, bound=15.0)
+    assert (answered, failed) == (200, {}), f"{answered} of 200 answered 200; socket errors {failed}"
