@@ -8,8 +8,8 @@ Request fields: prompt (a string or a list of token ids) or messages, max_tokens
 (0: greedy), top_p, top_k, seed, stop (a string or a list), logprobs (completions: the number of top logprobs;
 chat: true, with top_logprobs), and `return_token_ids` (vLLM's extension: each choice, and each streamed chunk,
 carries its `token_ids`). Requests run in continuous batches over `--slots` lanes (reference/openai_batcher.py).
-One choice per request: `n` or `best_of` other than 1 is a 400, as are more than 20 logprob alternatives and a
-top_p outside (0, 1]. Request framing (Content-Length, timeouts) is reference/http_guard.py's.
+One choice per request: `n` or `best_of` other than 1 is a 400, as are more than 20 logprob alternatives, a
+top_p outside (0, 1] and a temperature between 0 and the sampler's floor (reference/sampling.py, 1e-6). Request framing (Content-Length, timeouts) is reference/http_guard.py's.
 
 A client that closes its connection cancels its request: the scheduler looks at every request's socket before
 each round (readable with nothing to read is a closed peer), and a failed write means the same.
@@ -33,6 +33,7 @@ from typing import Any
 
 from reference.http_guard import LISTEN_BACKLOG, GuardedHandler
 from reference.openai_batcher import Batcher, Detokenizer, Job, Token, encode, piece
+from reference.sampling import MIN_TEMPERATURE
 
 MODEL_ID = "reference-tiny"
 WATCH = 0.002  # seconds between looks at the client's socket while no token is ready
@@ -115,13 +116,18 @@ def job_of(body: dict[str, Any], chat: bool, vocab: int) -> Job:
     for key in ("n", "best_of"):  # one choice per request: a request for more is refused, never half-served
         if key in body and (isinstance(body[key], bool) or body[key] != 1):
             raise BadRequest(f"{key}: this server returns one choice per request (1), got {body[key]!r}")
+    temperature = _float(body, "temperature", 0.0) or 0.0
+    if 0 < temperature < MIN_TEMPERATURE:  # the sampler's floor (reference/sampling.py), refused by name here
+        raise BadRequest(
+            f"temperature: expected 0 (greedy) or a number >= {MIN_TEMPERATURE:g}, got {body['temperature']!r}"
+        )
     top_p = _float(body, "top_p", None)
     if top_p is not None and not 0 < top_p <= 1:
         raise BadRequest(f"top_p: expected a number in (0, 1], got {top_p!r}")
     return Job(
         prompt=_prompt(body, chat, vocab),
         max_tokens=_int(body, "max_tokens", 16, 1) or 16,
-        temperature=_float(body, "temperature", 0.0) or 0.0,
+        temperature=temperature,
         top_p=top_p,
         top_k=_int(body, "top_k", None, 1),
         seed=_int(body, "seed", None, 0),

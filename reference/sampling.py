@@ -20,6 +20,12 @@ import numpy as np
 # What Session.generate calls once per emitted token.
 SampleFn = Callable[[np.ndarray], int]
 
+# The smallest temperature taken (0 means greedy, asked for apart). The layout divides float64 logits by it: under
+# ~4e-270 a float32 logit's spread overflows to inf and inf - inf makes the CDF NaN (issue #48: 5e-324 drew the
+# least likely token). At 1e-6 a spread of 1e-4 already gives the top token all but exp(-100) of the mass, so
+# nothing a smaller temperature could mean is lost; the refusal names 0 for greedy.
+MIN_TEMPERATURE = 1e-6
+
 
 def _check_logits(logits: np.ndarray) -> np.ndarray:
     logits = np.asarray(logits)
@@ -47,8 +53,14 @@ class Sampler:
     def __init__(
         self, temperature: float = 1.0, top_k: int | None = None, seed: int = 0, top_p: float | None = None
     ) -> None:
-        if not (isinstance(temperature, int | float) and np.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature must be a finite number > 0 (greedy is 0), got {temperature!r}")
+        if not (
+            isinstance(temperature, int | float)
+            and np.isfinite(temperature)
+            and temperature >= MIN_TEMPERATURE
+        ):
+            raise ValueError(
+                f"temperature must be a finite number >= {MIN_TEMPERATURE:g} (greedy is 0), got {temperature!r}"
+            )
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be an int >= 1 or None, got {top_k!r}")
         if top_p is not None and not (

@@ -204,8 +204,10 @@ class CancelNoPolls:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"temperature": 0.0}, "temperature must be a finite number > 0"),
-        ({"temperature": float("nan")}, "temperature must be a finite number > 0"),
+        ({"temperature": 0.0}, "temperature must be a finite number >= 1e-06"),
+        ({"temperature": float("nan")}, "temperature must be a finite number >= 1e-06"),
+        ({"temperature": 5e-324}, "temperature must be a finite number >= 1e-06"),  # issue #48: a NaN CDF
+        ({"temperature": 9.99e-7}, "temperature must be a finite number >= 1e-06"),
         ({"top_k": 0}, "top_k must be an int >= 1 or None"),
         ({"top_k": 2.5}, "top_k must be an int >= 1 or None"),
         ({"top_p": 0.0}, r"top_p must be a number in \(0, 1\] or None"),

@@ -337,6 +337,8 @@ def test_greedy_is_the_lowest_id_of_the_largest_logit(engine: Any, logits: np.nd
         ("temperature", -1.0),
         ("temperature", float("nan")),
         ("temperature", float("inf")),
+        ("temperature", 5e-324),  # the smallest double: logits / temperature overflows, the CDF is NaN
+        ("temperature", 9.99e-7),  # just under the floor, 1e-6
         ("top_k", 0),
         ("top_k", -3),
         ("top_k", 2.5),
