@@ -284,3 +284,44 @@ def test_one_slot_is_judged_on_three_alike_measures_and_parallel_on_one(
     with pytest.raises(OpenAIError, match="is not measured"):
         engine.concurrency()
     assert seeds == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("call", ["complete", "stream", "open_stream"])
+def test_a_server_that_stops_answering_costs_one_deadline_not_one_per_request(
+    call: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #48: a hung batcher held a gate past 20 minutes, each request waiting out its own deadline. The first
+    missed deadline is said once on stderr, and every later request (any kind) fails at once with it: the server
+    is not contacted again."""
+    accepted: list[int] = []
+
+    def hang(conn: socket.socket) -> None:
+        accepted.append(1)
+        time.sleep(3)  # past the 1.5 s deadline, then hang up
+
+    server = Hostile({"*": hang})
+    try:
+        engine = OpenAIEngine(f"openai+http://127.0.0.1:{server.port}", model="m")
+        with pytest.raises(OpenAIError, match=r"stopped answering: .*no complete reply within 1.5 s"):
+            if call == "open_stream":
+                stream = engine.open_stream([300], 4, wait=False)
+                try:
+                    stream.next_token()
+                finally:
+                    stream.close()
+            else:
+                engine.complete([300], 4, stream=call == "stream")
+        contacted = len(accepted)
+        for again in (
+            lambda: engine.complete([300], 4),
+            lambda: engine.open_stream([300], 4),
+            lambda: engine.get("/health"),
+            engine.self_report,
+        ):
+            with pytest.raises(OpenAIError, match="every later request fails at once"):
+                again()
+        assert len(accepted) == contacted  # asked nothing more
+        said = capsys.readouterr().err
+        assert said.count("stopped answering") == 1, said
+    finally:
+        server.close()

@@ -34,13 +34,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit
 
 from falsify.engines.adapters.openai_replies import (
     REQUEST_TIMEOUT,
     Completion,
+    DeadlineMissed,
     OpenAIError,
     _body,
     _chunk_has_token,
@@ -97,8 +98,10 @@ class Stream:
         response: http.client.HTTPResponse | None,
         t0: float,
         timeout: float = REQUEST_TIMEOUT,
+        watch: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
         self.conn, self.response, self.t0 = conn, response, t0
+        self.watch = watch  # the engine's: a missed deadline stops it asking the server anything more
         self.timeout = timeout  # the whole stream's, from the request on
         # The socket itself: once a reply without a length arrives, http.client hands it to the response and
         # the connection no longer holds it.
@@ -109,7 +112,7 @@ class Stream:
 
     def next_token(self) -> bool:
         """Read until the next chunk that carries text or a token; False at the end of the stream."""
-        with _reading("the stream", self.timeout):
+        with self.watch(), _reading("the stream", self.timeout):
             if self.response is None:
                 self.response = self.conn.getresponse()
             while not self.done:
@@ -146,6 +149,11 @@ class OpenAIEngine:
         self.log: IO[bytes] | None = None  # what a server started by openai+exec: writes
         self._concurrency: tuple[bool, str] | None = None
         self.timeout = _timeout()
+        # the first missed deadline, said once on stderr: every later request fails at once with it, so a server
+        # that stops answering costs one deadline, not one per request (issue #48: a hung batcher held a gate
+        # past 20 minutes, 900 s per falsifier, with nothing on screen)
+        self.missed: str | None = None
+        self._missed_lock = threading.Lock()
         rest = spec.removeprefix("openai+")
         if rest.startswith("exec:"):
             port = _free_port()
@@ -291,6 +299,24 @@ class OpenAIEngine:
             proc.wait(10)
 
     # -- requests -------------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def watch(self) -> Iterator[None]:
+        """Refuse at once once a deadline was missed; remember (and say) the first one missed inside."""
+        if self.missed is not None:
+            raise DeadlineMissed(self.missed)
+        try:
+            yield
+        except DeadlineMissed as exc:
+            with self._missed_lock:
+                first = self.missed is None
+                if first:
+                    self.missed = (
+                        f"engine {self.spec!r} stopped answering: {exc}; every later request fails at once"
+                    )
+            if first:
+                print(f"falsify: {self.missed}", file=sys.stderr, flush=True)
+            raise DeadlineMissed(self.missed or str(exc)) from None
+
     def _conn(self, timeout: float | None = None) -> DeadlineConnection:
         """A connection whose whole exchange ends within `timeout` (default: the request timeout)."""
         return DeadlineConnection(self.host, self.port, time.monotonic() + (timeout or self.timeout))
@@ -298,6 +324,10 @@ class OpenAIEngine:
     def get(self, path: str) -> tuple[int, bytes]:
         """Status and body of GET `path` (at most MAX_BODY bytes). OSError when the server cannot be reached (the
         start-up wait retries on it); OpenAIError for a reply too slow, too large or not HTTP."""
+        with self.watch():
+            return self._get(path)
+
+    def _get(self, path: str) -> tuple[int, bytes]:
         conn = self._conn(min(GET_TIMEOUT, self.timeout))
         try:
             conn.request("GET", path)
@@ -389,7 +419,8 @@ class OpenAIEngine:
     ) -> Stream:
         """Send a streamed request; return when the response headers arrive (wait=False: as soon as it is sent,
         for a client that hangs up before the server answered anything)."""
-        return self._text_fallback(prompt, lambda: self._open_stream(prompt, max_tokens, wait=wait, **kw))
+        with self.watch():
+            return self._text_fallback(prompt, lambda: self._open_stream(prompt, max_tokens, wait=wait, **kw))
 
     def _text_fallback(self, prompt: list[int] | str, send: Callable[[], T]) -> T:
         """send(); a token-id prompt refused with a status other than 200 is sent again once as text, and text
@@ -431,16 +462,17 @@ class OpenAIEngine:
             with _reading(f"POST {path}", self.timeout):
                 self._post(conn, path, self.body(prompt, max_tokens, stream=True, **kw))
                 if not wait:
-                    return Stream(conn, None, t0, self.timeout)
+                    return Stream(conn, None, t0, self.timeout, self.watch)
                 response = self._answer(conn, path)
         except BaseException:
             conn.close()
             raise
-        return Stream(conn, response, t0, self.timeout)
+        return Stream(conn, response, t0, self.timeout, self.watch)
 
     def complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         """One request, read to its end."""
-        return self._text_fallback(prompt, lambda: self._complete(prompt, max_tokens, **kw))
+        with self.watch():
+            return self._text_fallback(prompt, lambda: self._complete(prompt, max_tokens, **kw))
 
     def _complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         chat, stream = bool(kw.get("chat")), bool(kw.get("stream"))

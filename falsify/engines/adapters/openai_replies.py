@@ -63,6 +63,11 @@ class Completion:
         return None if self.pieces is None else len(self.pieces)
 
 
+class DeadlineMissed(OpenAIError):
+    """A request's whole exchange did not end within its deadline: the server stopped answering (issue #48). The
+    engine that sees one asks the server nothing more (OpenAIEngine.missed)."""
+
+
 def _timeout() -> float:
     return openai_timeout(OpenAIError)
 
@@ -74,7 +79,7 @@ def _reading(what: str, timeout: float) -> Iterator[None]:
     try:
         yield
     except TimeoutError:
-        raise OpenAIError(
+        raise DeadlineMissed(
             f"{what}: no complete reply within {timeout:g} s ({TIMEOUT_ENV}; the whole exchange, not each read)"
         ) from None
     except (http.client.HTTPException, ConnectionError) as exc:
