@@ -325,3 +325,25 @@ def test_a_server_that_stops_answering_costs_one_deadline_not_one_per_request(
         assert said.count("stopped answering") == 1, said
     finally:
         server.close()
+
+
+def test_every_process_an_openai_exec_server_starts_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #48: an `openai+exec:` server behind a wrapper script, or one that daemonizes a child, outlived
+    `falsify engine check` and `gate` (only the started PID was stopped). The server runs in a session of its own;
+    close() ends its group and whatever carries its FALSIFY_ENGINE_MARK."""
+    import shlex
+    import sys
+
+    from falsify.engines import process_tree
+
+    monkeypatch.setenv("FALSIFY_OPENAI_TIMEOUT", "60")
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(600)'"
+    shell = f"(setsid {sleeper} &); {sleeper} & {sys.executable} -m reference.serve --openai --port {{port}}"
+    signal.alarm(60)  # the tiny model's server starts in a few seconds; 60 s only bounds a failing run
+    engine = OpenAIEngine(f"openai+exec:sh -c {shlex.quote(shell)}", model="m")
+    assert engine.mark is not None
+    while len(process_tree.marked(engine.mark)) < 4:  # the shell, the server and both sleepers
+        time.sleep(0.05)
+    engine.close()
+    while process_tree.marked(engine.mark):
+        time.sleep(0.05)

@@ -217,7 +217,11 @@ def test_one_deadline_bounds_a_request_however_its_bytes_are_spread(
     port = request.getfixturevalue(kind)
     path = "/rpc" if kind == "wire" else "/v1/completions"
     body = b" " * 200
-    head = post(path, b"", len(body)) if what == "body" else post(path, b"", 0).replace(b"Host: x", b"Host: " + b"x" * 200)
+    head = (
+        post(path, b"", len(body))
+        if what == "body"
+        else post(path, b"", 0).replace(b"Host: x", b"Host: " + b"x" * 200)
+    )
     sent, answer = dribbled(port, head, body if what == "body" else None)
     assert sent < 200, "the server took a dribbled request for as long as it came"
     assert answer == b"" or b" 408 " in answer.split(b"\r\n", 1)[0], answer[:200]
@@ -238,7 +242,11 @@ def test_bodies_are_bounded_in_total_across_connections(
     monkeypatch.setattr(handler, "max_bodies", 120)
     monkeypatch.setattr(handler, "timeout", 15.0)  # the holder is dropped only when it hangs up
     monkeypatch.setattr(handler, "request_timeout", 15.0)
-    server: Any = serve._Server(("127.0.0.1", 0)) if kind == "wire" else openai_server._Server(0, Batcher(model, slots=1))
+    server: Any = (
+        serve._Server(("127.0.0.1", 0))
+        if kind == "wire"
+        else openai_server._Server(0, Batcher(model, slots=1))
+    )
     path = "/rpc" if kind == "wire" else "/v1/completions"
     small = GOOD[path]
     assert len(small) <= 40
@@ -250,7 +258,9 @@ def test_bodies_are_bounded_in_total_across_connections(
             refused = exchange(port, post(path, b"", 80))
             assert refused.split(b"\r\n", 1)[0].startswith(b"HTTP/1.0 503 "), refused[:200]
             assert b"busy: the bodies being read take 120 bytes in all" in refused, refused[:300]
-            assert exchange(port, post(path, small)).startswith(b"HTTP/1.0 200"), "a body within the rest is served"
+            assert exchange(port, post(path, small)).startswith(b"HTTP/1.0 200"), (
+                "a body within the rest is served"
+            )
         while server.body_budget.held:  # the holder hung up: its read ends (408) and gives its 80 bytes back
             time.sleep(0.01)
         assert exchange(port, post(path, small + b" " * (80 - len(small)))).startswith(b"HTTP/1.0 200")
@@ -273,8 +283,9 @@ def burst(port: int, request: bytes, n: int, bound: float) -> tuple[int, dict[st
     try:
         while len(answers) + sum(failed.values()) < n and time.monotonic() < deadline:
             for key, event in sel.select(0.2):
-                sock = key.fileobj
-                assert isinstance(sock, socket.socket)
+                client = key.fileobj
+                assert isinstance(client, socket.socket)
+                sock = client
                 try:
                     if event & selectors.EVENT_WRITE:
                         err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -303,9 +314,6 @@ def test_200_concurrent_loopback_clients_are_all_answered(kind: str, request: py
     (measured: 108 of 200 answered within 60 s on the wire server); the backlog is LISTEN_BACKLOG. Loopback, 200
     clients, one request each; the pass criterion is every answer a 200, the 15 s only bounds a failing run."""
     port = request.getfixturevalue(kind)
-    if kind == "wire":
-        one = post("/rpc", GOOD["/rpc"])
-    else:
-        one = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    one = post("/rpc", GOOD["/rpc"]) if kind == "wire" else b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     answered, failed = burst(port, one, 200, bound=15.0)
     assert (answered, failed) == (200, {}), f"{answered} of 200 answered 200; socket errors {failed}"

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from reference.sampling import Sampler
+from reference.sampling import MIN_TEMPERATURE, Sampler
 
 
 def test_pick_lays_tokens_out_by_probability() -> None:
@@ -58,3 +58,14 @@ def test_one_sampler_follows_each_row_it_is_given() -> None:
     assert list(shared.pick(row, us)) != before
     shared.top_k = 3
     assert set(shared.pick(row, us)) == set(np.argsort(-row, kind="stable")[:3])
+
+
+def test_the_temperature_floor_is_taken_and_exact() -> None:
+    """Issue #48: 1e-6 is the smallest temperature taken (below it is refused: test_session_unit.py); at the floor
+    itself, with the largest float32 logits, the layout stays finite and every draw is the top token."""
+    assert MIN_TEMPERATURE == 1e-6
+    sampler = Sampler(temperature=1e-6)
+    logits = np.array([-3.4e38, 3.4e38, 1.0, 3.4e38 * (1 - 2**-23)], np.float32)
+    picks = sampler.pick(logits, np.array([0.0, 0.5, 0.999999]))
+    assert picks.tolist() == [1, 1, 1]
+    assert Sampler(temperature=1e-6 * (1 + 2**-52)).temperature > MIN_TEMPERATURE

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -323,9 +324,13 @@ def test_one_deadline_bounds_a_call_whatever_the_engine_sends_meanwhile(
     conn = scripted(tmp_path, {method: actions}, timeout=1)
     conn.call_timeout = 2.0
     started = time.monotonic()
-    with pytest.raises(errors.EngineTimeout, match=r"no reply within 2 s .*one deadline per call.* messages meanwhile"):
+    with pytest.raises(
+        errors.EngineTimeout, match=r"no reply within 2 s .*one deadline per call.* messages meanwhile"
+    ):
         conn.request(method, {"request": 1}, lambda m, p: {"cancelled": False} if m == "$/poll" else None)
-    assert time.monotonic() - started < 15  # 2 s, with room for a loaded machine: the bound is the alarm's 30 s
+    assert (
+        time.monotonic() - started < 15
+    )  # 2 s, with room for a loaded machine: the bound is the alarm's 30 s
     assert isinstance(conn.transport, StdioTransport) and conn.transport.proc.poll() is not None
     with pytest.raises(errors.EngineTimeout):  # final: the next call raises the same error at once
         conn.request("load_model", {"weights": "f32"})
@@ -353,3 +358,34 @@ def test_a_refused_initialize_is_final_and_the_engine_is_stopped(tmp_path: Path,
     assert "no" in str(caught.value)
     with pytest.raises(ProcessLookupError):  # stopped (and reaped) when refused, not at the harness's exit
         os.kill(int(pids[0]), 0)
+
+
+SLEEPER = f"{sys.executable} -c 'import time; time.sleep(600)'"
+
+
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        "setsid {sleeper} & exec {engine}",  # a child that leaves the group for a session of its own
+        "(setsid {sleeper} &); exec {engine}",  # a daemon: double-forked, reparented away from the engine
+        "{sleeper} & {engine}",  # the engine behind a wrapper shell, beside a plain child
+    ],
+    ids=["setsid-child", "daemon", "wrapper"],
+)
+def test_every_process_a_wire_engine_starts_ends_with_it(wrapper: str) -> None:
+    """Issue #48: an engine's `setsid` child outlived `falsify engine check` and `gate` (only the engine's group
+    was killed). Whatever carries the engine's FALSIFY_ENGINE_MARK is ended with it."""
+    from falsify.engines import process_tree
+
+    shell = wrapper.format(sleeper=SLEEPER, engine=f"{sys.executable} -m reference.serve")
+    engine = WireEngine(f"exec:sh -c {shlex.quote(shell)}")
+    conn = engine.connection()
+    transport = conn.transport
+    assert isinstance(transport, StdioTransport)
+    while (
+        len(process_tree.marked(transport.mark)) < 2
+    ):  # the engine and its sleeper are up (the alarm bounds it)
+        time.sleep(0.05)
+    engine.close()
+    while process_tree.marked(transport.mark):  # SIGKILLed: gone once the kernel has ended them
+        time.sleep(0.05)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
+from falsify.engines import process_tree
 from falsify.engines.env_settings import check_all
 from falsify.errors import FalsifyError, terminal_safe
 from falsify.harness.command import falsifier_args, falsifier_dirs
@@ -137,7 +138,7 @@ ENGINE_GROUPS = "FALSIFY_ENGINE_GROUPS"
 
 
 def _end_engine_groups(path: str) -> None:
-    """Kill each wire engine's process group the run recorded (pytest ends them itself when it exits normally;
+    """Kill each engine's process group the run recorded, and every process carrying a recorded mark (pytest ends them itself when it exits normally;
     a killed pytest cannot), then remove the record."""
     try:
         with open(path, "rb") as f:
@@ -147,6 +148,8 @@ def _end_engine_groups(path: str) -> None:
     for item in recorded:
         if item.isdigit() and int(item) > 1:
             _signal_group(int(item), signal.SIGKILL)
+    for mark in process_tree.recorded_marks(b" ".join(recorded)):  # what left its group (setsid, a daemon)
+        process_tree.end_marked(mark)
     with contextlib.suppress(OSError):
         os.unlink(path)
 

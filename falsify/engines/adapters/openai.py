@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit
 
+from falsify.engines import process_tree
 from falsify.engines.adapters.openai_replies import (
     REQUEST_TIMEOUT,
     Completion,
@@ -146,6 +147,7 @@ class OpenAIEngine:
     def __init__(self, spec: str, model: str | None = None) -> None:
         self.spec = spec
         self.process: subprocess.Popen[bytes] | None = None
+        self.mark: str | None = None  # the started server's FALSIFY_ENGINE_MARK
         self.log: IO[bytes] | None = None  # what a server started by openai+exec: writes
         self._concurrency: tuple[bool, str] | None = None
         self.timeout = _timeout()
@@ -165,11 +167,14 @@ class OpenAIEngine:
             if not argv:
                 raise OpenAIError(f"engine {spec!r}: exec: names no command")
             self.host, self.port = "127.0.0.1", port
-            # In this process's group (a runner that stops the group stops the server too), and on Linux told to
-            # exit with this process (PR_SET_PDEATHSIG) should it be killed before atexit runs.
+            # In a session and process group of its own, marked (falsify/engines/process_tree.py): close() ends
+            # the group and whatever carries the mark (a wrapper script's server, a child that setsid away, a
+            # daemon), and `falsify gate` / `mutants` end them from the record should this process be killed
+            # first; on Linux the server is also told to exit with this process (PR_SET_PDEATHSIG).
             # Its output goes to a file of its own, not the user's terminal (a server's log, or a control sequence,
             # is not falsify's output); its tail is quoted, on one line, when it exits before answering.
             self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- the server's for its lifetime; close() closes it
+            env, self.mark = process_tree.marked_env()
             try:
                 self.process = subprocess.Popen(
                     argv,
@@ -177,12 +182,15 @@ class OpenAIEngine:
                     stdout=self.log,
                     stderr=subprocess.STDOUT,
                     preexec_fn=_exit_with_parent,
+                    start_new_session=True,
+                    env=env,
                 )
             except (OSError, ValueError) as exc:  # no such program, not executable, a name too long
                 self.log.close()
                 raise OpenAIError(
                     f"engine {spec!r}: exec: cannot start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}"
                 ) from None
+            process_tree.record(self.process.pid, self.mark)
             atexit.register(self.close)
         else:
             try:
@@ -289,14 +297,15 @@ class OpenAIEngine:
         log, self.log = self.log, None
         if log is not None:
             log.close()
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # then killed with the group below
+                proc.wait(10)
+        process_tree.end_group(proc.pid, self.mark)  # the rest of the group, and what left it
+        proc.wait(10)
 
     # -- requests -------------------------------------------------------------------------------------------------
     @contextlib.contextmanager

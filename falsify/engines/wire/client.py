@@ -108,7 +108,9 @@ class WireEngine:
         atexit.register(conn.close)
         try:
             self._handshake(conn)
-        except errors.WireError as exc:  # an error reply to initialize: stop the engine too, not only refuse it
+        except (
+            errors.WireError
+        ) as exc:  # an error reply to initialize: stop the engine too, not only refuse it
             if conn.failure is None:
                 conn.fail(exc)
             raise

@@ -24,6 +24,7 @@ from collections import deque
 from typing import Any
 from urllib.parse import urlsplit
 
+from falsify.engines import process_tree
 from falsify.engines.deadline_http import DeadlineConnection
 
 Item = tuple[str, Any]
@@ -34,20 +35,6 @@ STDERR_KEPT = 4096  # bytes of an engine's stderr kept for error messages; the r
 
 class TransportError(Exception):
     """A transport could not be set up or written to; the client names it."""
-
-
-def _record_group(pgid: int) -> None:
-    """Append the engine's process group to the file `falsify gate` names in FALSIFY_ENGINE_GROUPS, so the gate
-    can end it even if this process is killed before close() runs."""
-    path = os.environ.get("FALSIFY_ENGINE_GROUPS")
-    if not path:
-        return
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.write(fd, f"{pgid}\n".encode())
-        finally:
-            os.close(fd)
 
 
 def split_command(command: str) -> list[str]:
@@ -77,6 +64,7 @@ class StdioTransport:
         argv = split_command(command)
         self.description = f"exec:{command}"
         self.max_line = max_line
+        env, self.mark = process_tree.marked_env()  # what leaves the group is found by the mark (issue #48)
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -84,10 +72,11 @@ class StdioTransport:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                env=env,
             )
         except OSError as exc:
             raise TransportError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
-        _record_group(self.proc.pid)
+        process_tree.record(self.proc.pid, self.mark)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         assert self.proc.stdin is not None
         self._out, self._err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
@@ -197,12 +186,10 @@ class StdioTransport:
         try:
             self.proc.wait(grace)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            process_tree.end_group(self.proc.pid, self.mark)
             self.proc.wait()
-        else:  # the leader is gone; anything it left in its group goes too
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        # the leader is gone; anything it left in its group, or started outside it (setsid, a daemon), goes too
+        process_tree.end_group(self.proc.pid, self.mark)
         for stream in (self.proc.stdout, self.proc.stderr):
             with contextlib.suppress(OSError, ValueError):
                 if stream is not None:

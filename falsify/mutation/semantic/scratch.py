@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from falsify.engines import process_tree
 from falsify.errors import FalsifyError
 
 # Never copied: VCS data, caches, virtualenvs, build outputs and our own output directories.
@@ -260,6 +261,8 @@ class Scratch:
         finally:
             for pgid in _recorded(engines):
                 _kill_pid_group(pgid)
+            for mark in _recorded_marks(engines):  # engines' processes that left their group
+                process_tree.end_marked(mark)
 
     def _forked(
         self, argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float | None, run: int
@@ -416,6 +419,14 @@ def _recorded(*files: Path) -> list[int]:
         except OSError:
             continue
     return groups
+
+
+def _recorded_marks(path: Path) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            return process_tree.recorded_marks(f.read(1 << 20))
+    except OSError:
+        return []
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
