@@ -23,8 +23,9 @@ function rng(seed) {
 
 class Sampler {
   constructor(temperature, topK, topP, seed) {
-    if (typeof temperature !== "number" || !Number.isFinite(temperature) || temperature <= 0) {
-      throw new Error(`temperature must be a finite number > 0, got ${JSON.stringify(temperature)}`);
+    // 1e-6, the protocol's floor: below it logits / temperature can overflow and the CDF turn NaN (issue #48)
+    if (typeof temperature !== "number" || !Number.isFinite(temperature) || temperature < 1e-6) {
+      throw new Error(`temperature must be a finite number >= 1e-6, got ${JSON.stringify(temperature)}`);
     }
     if (topK !== null && (typeof topK !== "number" || !Number.isInteger(topK) || topK < 1)) {
       throw new Error(`top_k must be an integer >= 1 or null, got ${JSON.stringify(topK)}`);
