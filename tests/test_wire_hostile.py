@@ -319,18 +319,22 @@ def test_a_signal_during_the_gates_probe_stops_the_probed_engine(tmp_path: Path,
 def test_one_deadline_bounds_a_call_whatever_the_engine_sends_meanwhile(
     tmp_path: Path, method: str, actions: list[dict[str, object]]
 ) -> None:
-    """Issue #48: each message restarted the 1 s message timeout, so an engine repeating $/poll (or $/forward)
-    held the call for ever; the call's own deadline ends it, and the error says what came meanwhile."""
-    conn = scripted(tmp_path, {method: actions}, timeout=1)
-    conn.call_timeout = 2.0
+    """Issue #48: each message restarted the message timeout, so an engine repeating $/poll (or $/forward) held
+    the call for ever; the call's own deadline ends it, and the error says what came meanwhile."""
+    conn = scripted(tmp_path, {method: actions}, timeout=30)
+    conn.request("load_model", {"weights": "f32"})  # the engine is up (a loaded machine starts python slowly)
+    conn.timeout, conn.call_timeout = (
+        3.0,
+        4.0,
+    )  # a message at least every 3 s: only the call's deadline ends it
     started = time.monotonic()
     with pytest.raises(
-        errors.EngineTimeout, match=r"no reply within 2 s .*one deadline per call.* messages meanwhile"
+        errors.EngineTimeout, match=r"no reply within 4 s .*one deadline per call.* messages meanwhile"
     ):
         conn.request(method, {"request": 1}, lambda m, p: {"cancelled": False} if m == "$/poll" else None)
     assert (
-        time.monotonic() - started < 15
-    )  # 2 s, with room for a loaded machine: the bound is the alarm's 30 s
+        time.monotonic() - started < 20
+    )  # 4 s, with room for a loaded machine; the alarm's 30 s bounds a hang
     assert isinstance(conn.transport, StdioTransport) and conn.transport.proc.poll() is not None
     with pytest.raises(errors.EngineTimeout):  # final: the next call raises the same error at once
         conn.request("load_model", {"weights": "f32"})
