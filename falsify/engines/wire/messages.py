@@ -100,11 +100,44 @@ def _schema(name: str) -> jsonschema.protocols.Validator | None:
     # JSON Schema's "integer" takes 3.0 too; the protocol's integers have no fraction and no exponent (§1.1), and
     # a float that reached a position or an id would be a TypeError deep in the harness, not a named schema break
     strict = cls.TYPE_CHECKER.redefine("integer", _json_integer)
-    return jsonschema.validators.extend(cls, type_checker=strict)(schema)
+    items = cls.VALIDATORS["items"]
+    return jsonschema.validators.extend(cls, {"items": _int_items(items)}, type_checker=strict)(schema)
 
 
 def _json_integer(_: object, instance: object) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+# The keywords an array of integers may carry for `_int_items` to judge it without jsonschema's per-item descent.
+_INT_KEYWORDS = frozenset({"type", "minimum", "maximum", "description"})
+
+
+def _int_items(items: Any) -> Any:
+    """jsonschema's `items` keyword, with a fast path for arrays of integers (token ids, positions: a
+    `sample_pick` answer carries one per uniform, 65,536 in a sampling falsifier's sweep, where jsonschema's
+    descent into each item took ~2 s of the harness's CPU per message). The fast path only finds the items that
+    break `{"type": "integer", "minimum": m, "maximum": M}`; each is then judged by jsonschema itself, so the
+    errors are the ones jsonschema gives, item for item (tests/test_wire_schemas.py holds them equal)."""
+
+    def validate(validator: Any, schema: Any, instance: Any, parent: Any) -> Any:
+        if (
+            not isinstance(schema, dict)
+            or schema.get("type") != "integer"
+            or not _INT_KEYWORDS.issuperset(schema)
+            or not isinstance(instance, list)
+        ):
+            yield from items(validator, schema, instance, parent)
+            return
+        low, high = schema.get("minimum"), schema.get("maximum")
+        for index, item in enumerate(instance):
+            if (
+                type(item) is not int  # bool, float, str ...: jsonschema says which rule it breaks
+                or (low is not None and item < low)
+                or (high is not None and item > high)
+            ):
+                yield from validator.descend(item, schema, path=index)
+
+    return validate
 
 
 def schema_problem(method: str, part: str, value: Any) -> str | None:
