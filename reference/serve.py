@@ -30,10 +30,13 @@ import numpy as np
 
 from reference.http_guard import LISTEN_BACKLOG, GuardedHandler
 
-PROTOCOL_VERSION = "falsify-engine/1.1"
-# The capabilities each version this server speaks carries (1.1 adds lanes and sample: reference/serve_lanes.py).
+PROTOCOL_VERSION = "falsify-engine/1.2"
+# The capabilities each version this server speaks carries (1.1 adds lanes and sample: reference/serve_lanes.py;
+# 1.2 adds no capability, only the batched calls of BATCHED).
 CAPABILITIES = {"falsify-engine/1": ["generate", "state", "prefill"]}
-CAPABILITIES[PROTOCOL_VERSION] = [*CAPABILITIES["falsify-engine/1"], "lanes", "sample"]
+CAPABILITIES["falsify-engine/1.1"] = [*CAPABILITIES["falsify-engine/1"], "lanes", "sample"]
+CAPABILITIES[PROTOCOL_VERSION] = CAPABILITIES["falsify-engine/1.1"]
+BATCHED = ("sample_draws",)  # 1.2 only
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
     -32700,
     -32600,
@@ -161,10 +164,11 @@ class Engine:
         if self.shut_down:
             raise Refusal(INVALID_REQUEST, f"{method} after shutdown")
         handler = getattr(self, "do_" + method, None) if method.isidentifier() else None
-        if handler is None and method.isidentifier() and self.version == PROTOCOL_VERSION:
+        if handler is None and method.isidentifier() and self.version != "falsify-engine/1":
             from reference.serve_lanes import Serving
 
-            handler = getattr(Serving(self, Refusal), "do_" + method, None)
+            if method not in BATCHED or self.version == PROTOCOL_VERSION:
+                handler = getattr(Serving(self, Refusal), "do_" + method, None)
         if handler is None:
             raise Refusal(METHOD_NOT_FOUND, f"no method {method!r}")
         try:

@@ -19,6 +19,7 @@ from reference.lanes import LaneHost, LaneRefused, StreamError
 from reference.sampling import Sampler, greedy
 
 INVALID_PARAMS, INVALID_INPUT, LANE_REFUSED = -32602, -32010, -32013
+MAX_DRAWS = 1 << 16  # 1.2: the most draws one sample_draws asks for
 NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
@@ -240,6 +241,15 @@ class Serving:
     def do_sample_draw(self, params: dict[str, Any], rid: int, link: Any) -> dict[str, Any]:
         sampler = self.engine._get(params, "sampler", "sampler")
         return {"token": int(sampler(_array(params, "logits", "<f4")))}
+
+    def do_sample_draws(self, params: dict[str, Any], rid: int, link: Any) -> dict[str, Any]:
+        """1.2: `count` successive draws on one row, each what one sample_draw answers."""
+        sampler = self.engine._get(params, "sampler", "sampler")
+        logits = _array(params, "logits", "<f4")
+        count = _int(params, "count")
+        if not 1 <= count <= MAX_DRAWS:  # the schema's bounds (sample_draws.params.schema.json)
+            raise _refuse(INVALID_PARAMS, f"params.count: {count} is not in [1, {MAX_DRAWS}]")
+        return {"tokens": [int(sampler(logits)) for _ in range(count)]}
 
     def do_greedy_pick(self, params: dict[str, Any], rid: int, link: Any) -> dict[str, Any]:
         return {"token": greedy(_array(params, "logits", "<f4"))}

@@ -141,7 +141,7 @@ def test_a_fresh_engine_is_not_initialized_and_holds_nothing() -> None:
 
 def test_initialize_answers_the_version_the_name_and_the_capabilities() -> None:
     engine = Engine()
-    assert engine.version == "falsify-engine/1.1"
+    assert engine.version == "falsify-engine/1.2"
     result = engine.serve("initialize", {"protocolVersion": "falsify-engine/1", "harness": {}}, 1, Recorder())
     assert result == {
         "protocolVersion": "falsify-engine/1",
@@ -159,7 +159,73 @@ def test_initialize_with_1_1_adds_lanes_and_sample() -> None:
         "engine": {"name": "reference", "version": "0.1.0"},
         "capabilities": ["generate", "state", "prefill", "lanes", "sample"],
     }
-    assert engine.initialized is True and engine.version == PROTOCOL_VERSION == "falsify-engine/1.1"
+    assert engine.initialized is True and engine.version == "falsify-engine/1.1"
+
+
+def test_initialize_with_1_2_names_the_capabilities_of_1_1() -> None:
+    engine = Engine()
+    result = engine.serve("initialize", {"protocolVersion": "falsify-engine/1.2"}, 1, Recorder())
+    assert result == {
+        "protocolVersion": "falsify-engine/1.2",
+        "engine": {"name": "reference", "version": "0.1.0"},
+        "capabilities": ["generate", "state", "prefill", "lanes", "sample"],
+    }
+    assert engine.initialized is True and engine.version == PROTOCOL_VERSION == "falsify-engine/1.2"
+
+
+def _initialized(version: str) -> Engine:
+    engine = Engine()
+    engine.serve("initialize", {"protocolVersion": version}, 1, Recorder())
+    return engine
+
+
+def test_sample_draws_is_served_under_1_2_only_and_answers_the_single_draws() -> None:
+    logits = _f32(np.array([0.5, 2.0, 2.0, 1.0, -1.0], np.float32))
+    params = {"temperature": 1.5, "top_k": None, "top_p": None, "seed": 3}
+    engine = ready()
+    batched = engine.serve("new_sampler", params, 2, Recorder())["sampler"]
+    single = engine.serve("new_sampler", params, 3, Recorder())["sampler"]
+    tokens = engine.serve("sample_draws", {"sampler": batched, "logits": logits, "count": 40}, 4, Recorder())
+    singles = [
+        engine.serve("sample_draw", {"sampler": single, "logits": logits}, 5 + i, Recorder())["token"]
+        for i in range(40)
+    ]
+    assert tokens == {"tokens": singles} and len(set(singles)) >= 3, singles
+    one = engine.serve("sample_draws", {"sampler": batched, "logits": logits, "count": 1}, 50, Recorder())
+    assert one == {
+        "tokens": [
+            engine.serve("sample_draw", {"sampler": single, "logits": logits}, 51, Recorder())["token"]
+        ]
+    }
+    for version in ("falsify-engine/1.1", "falsify-engine/1"):
+        r = refusal(_initialized(version), "sample_draws", {"sampler": batched, "logits": logits, "count": 2})
+        assert (r.code, str(r)) == (METHOD_NOT_FOUND, "no method 'sample_draws'"), version
+    assert _initialized("falsify-engine/1.1").serve("greedy_pick", {"logits": logits}, 2, Recorder()) == {
+        "token": 1
+    }
+
+
+@pytest.mark.parametrize("count", [0, -1, 65537, 2.0, True, None])
+def test_sample_draws_refuses_a_count_outside_its_schema(count: object) -> None:
+    engine = ready()
+    handle = engine.serve(
+        "new_sampler", {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 0}, 2, Recorder()
+    )
+    logits = _f32(np.array([0.0, 1.0], np.float32))
+    r = refusal(engine, "sample_draws", {"sampler": handle["sampler"], "logits": logits, "count": count})
+    assert r.code == INVALID_PARAMS and "params.count" in str(r), str(r)
+
+
+def test_sample_draws_answers_its_largest_count() -> None:
+    engine = ready()
+    handle = engine.serve(
+        "new_sampler", {"temperature": 1.0, "top_k": None, "top_p": None, "seed": 0}, 2, Recorder()
+    )
+    logits = _f32(np.array([0.0, 1.0], np.float32))
+    got = engine.serve(
+        "sample_draws", {"sampler": handle["sampler"], "logits": logits, "count": 65536}, 3, Recorder()
+    )
+    assert len(got["tokens"]) == 65536 and set(got["tokens"]) == {0, 1}
 
 
 def test_a_1_1_request_is_served_under_1_1_and_not_found_under_1() -> None:
@@ -195,7 +261,7 @@ def test_another_protocol_version_is_refused_and_leaves_the_engine_uninitialized
     r = refusal(engine, "initialize", {"protocolVersion": "falsify-engine/2"})
     assert (r.code, str(r)) == (
         UNSUPPORTED_PROTOCOL_VERSION,
-        "this engine speaks falsify-engine/1 and falsify-engine/1.1, not falsify-engine/2",
+        "this engine speaks falsify-engine/1 and falsify-engine/1.1 and falsify-engine/1.2, not falsify-engine/2",
     )
     assert engine.initialized is False
     r = refusal(engine, "initialize", {"protocolVersion": 1})

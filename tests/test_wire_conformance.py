@@ -29,7 +29,7 @@ def test_the_reference_server_exercises_every_message_and_error() -> None:
     proc = check(f"exec:{sys.executable} -m reference.serve")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
-    assert last.endswith("8 of 8 probes ok; 39 of 39 messages and errors exercised"), last
+    assert last.endswith("8 of 8 probes ok; 40 of 40 messages and errors exercised"), last
     rows = [
         line.split() for line in proc.stdout.splitlines() if line.startswith(("lane_round ", "error -32013"))
     ]
@@ -85,8 +85,8 @@ def test_a_correct_1_engine_passes_with_the_parts_of_1_1_not_applicable(
     assert set(outcomes.values()) == {"ok"}, outcomes
     parts = spec_parts(engine.version)
     assert "lane_round" not in parts and "error -32013" not in parts and "load_model" in parts
-    assert conn.seen["error -32001"] == 1 and unexercised(conn.seen, parts) == []
-    assert len(spec_parts()) - len(parts) == 9 + 4 + 1 - 1  # 9 lane and 4 sampler messages, -32013; -32001
+    assert conn.seen["error -32001"] == 2 and unexercised(conn.seen, parts) == []  # it refused 1.2, then 1.1
+    assert len(spec_parts()) - len(parts) == 9 + 5 + 1 - 1  # 9 lane and 5 sampler messages, -32013; -32001
 
 
 @pytest.mark.parametrize(
@@ -94,6 +94,11 @@ def test_a_correct_1_engine_passes_with_the_parts_of_1_1_not_applicable(
     [
         ("alias", "state: copy independence", "advancing the copy changed the original's bytes"),
         ("accepts", "sample: pick, draw, greedy, refusal", "a NaN temperature was not refused with -32010"),
+        (
+            "draws",
+            "sample: pick, draw, greedy, refusal; 1.2: draws",
+            "[rule: sample_draws answers what count successive sample_draw calls would]",
+        ),
         ("digest", "state: copy independence", "[rule: the digest is sha256 of the state bytes]"),
     ],
 )
@@ -145,3 +150,14 @@ def test_a_correct_1_engine_passes_the_command_with_the_parts_1_carries() -> Non
     assert last.endswith("8 of 8 probes ok; 26 of 26 messages and errors exercised"), last
     counted = {line.split()[0] for line in proc.stdout.splitlines() if line.startswith(("lane_", "sample_"))}
     assert not counted, counted
+
+
+def test_a_correct_1_1_engine_passes_the_command_without_the_batched_calls() -> None:
+    """An engine that refuses 1.2 (-32001) and speaks 1.1 correctly: exit 0, counted over 1.1's parts (no
+    sample_draws; its -32001 counted), and its sampler probe draws one call at a time."""
+    proc = check(f"exec:{sys.executable} {LIAR} v1.1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.endswith("8 of 8 probes ok; 40 of 40 messages and errors exercised"), last
+    counted = {line.split()[0] for line in proc.stdout.splitlines() if line.startswith("sample_")}
+    assert counted == {"sample_pick", "sample_draw"}, counted

@@ -3,7 +3,8 @@ one lie each): a copy_state that aliases its original turns FALSIFY-SERVE-PREFIL
 the rule a forward's reported pos broke: the harness, which knows each handle's position, sees the original's
 forward move the copy); an engine that refuses nothing fails FALSIFY-SERVE-SAMPLE-005; a state digest that is not
 sha256 of the state's bytes is an ERROR row naming the rule on the predictions that read digests
-(FALSIFY-SERVE-PREFILL-001)."""
+(FALSIFY-SERVE-PREFILL-001); a batch of seeded draws (1.2's sample_draws) that is not the single draws it stands for
+fails FALSIFY-SERVE-SAMPLE-003."""
 
 from __future__ import annotations
 
@@ -51,6 +52,14 @@ def run(mode: str, tmp_path: Path, target: str, select: str) -> dict[str, Any]:
             "FALSIFY-SERVE-SAMPLE-005",
             "failed",
             "SAMPLE-005",
+        ),
+        (
+            "draws",
+            "test_sampling_contract.py",
+            "seeded_draws_fit and row5",
+            "FALSIFY-SERVE-SAMPLE-003",
+            "failed",
+            "batch_mismatch",
         ),
         (
             "digest",

@@ -12,9 +12,11 @@ const crypto = require("node:crypto");
 const { LaneHost, LaneRefused } = require("./lanes.js");
 const { Sampler, pickGreedy } = require("./sampler.js");
 
-const PROTOCOL_VERSION = "falsify-engine/1.1";
+const PROTOCOL_VERSION = "falsify-engine/1.2";
 const VERSIONS = { "falsify-engine/1": ["generate", "state", "prefill"] };
-VERSIONS[PROTOCOL_VERSION] = [...VERSIONS["falsify-engine/1"], "lanes", "sample"];
+VERSIONS["falsify-engine/1.1"] = [...VERSIONS["falsify-engine/1"], "lanes", "sample"];
+VERSIONS[PROTOCOL_VERSION] = VERSIONS["falsify-engine/1.1"]; // 1.2 adds only batched calls (V12)
+const MAX_DRAWS = 65536;
 const VOCAB = 512;
 const CONTEXT = 4096;
 const INVALID_REQUEST = -32600, METHOD_NOT_FOUND = -32601, INVALID_PARAMS = -32602, INTERNAL_ERROR = -32603;
@@ -192,7 +194,7 @@ async function serve(method, params, rid) {
     }
     initialized = true;
     version = params.protocolVersion;
-    return { protocolVersion: version, engine: { name: "node-toy", version: "1.1.0" }, capabilities: offered };
+    return { protocolVersion: version, engine: { name: "node-toy", version: "1.2.0" }, capabilities: offered };
   }
   if (!initialized) throw new Refusal(SERVER_NOT_INITIALIZED, `${method} before initialize`);
   if (shutDown) throw new Refusal(INVALID_REQUEST, `${method} after shutdown`);
@@ -215,7 +217,11 @@ async function serve(method, params, rid) {
       return generate(params, rid);
   }
   const handler = REQUESTS[method];
-  if (handler === undefined || (version !== PROTOCOL_VERSION && V11.has(method))) {
+  if (
+    handler === undefined ||
+    (version === "falsify-engine/1" && V11.has(method)) ||
+    (version !== PROTOCOL_VERSION && V12.has(method))
+  ) {
     throw new Refusal(METHOD_NOT_FOUND, `no method ${method}`);
   }
   return handler(params, rid);
@@ -335,7 +341,20 @@ const REQUESTS = {
     return { token: sampler.draw(unpack(params.logits, "logits", "float32")) };
   },
   greedy_pick: (params) => ({ token: pickGreedy(unpack(params.logits, "logits", "float32")) }),
+  // 1.2: count successive sample_draw answers on one row, in one round trip
+  sample_draws: (params) => {
+    const sampler = getHandle(samplers, params.sampler, "sampler");
+    const logits = unpack(params.logits, "logits", "float32");
+    const count = params.count;
+    if (!Number.isInteger(count) || count < 1 || count > MAX_DRAWS) {
+      throw new Refusal(INVALID_PARAMS, `params.count: expected an integer in [1, ${MAX_DRAWS}], got ${JSON.stringify(count)}`);
+    }
+    const tokens = [];
+    for (let i = 0; i < count; i++) tokens.push(sampler.draw(logits));
+    return { tokens };
+  },
 };
+const V12 = new Set(["sample_draws"]);
 const V11 = new Set([
   "lane_host", "lane_submit", "lane_round", "lane_cancel", "lane_resume", "lane_leave", "lane_status",
   "lane_digest", "release_lane_host", "new_sampler", "sample_pick", "sample_draw", "greedy_pick",

@@ -42,8 +42,8 @@ from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
 from falsify.engines.wire.events import EventState, WireRun, _engine_bytes, checked_logits
 from falsify.engines.wire.messages import (
-    PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
+    V1,
     V1_CAPABILITIES,
     ErrorCode,
 )
@@ -141,7 +141,7 @@ class WireEngine:
         self.version = result["protocolVersion"]
         self.info = result["engine"]
         capabilities = frozenset(result["capabilities"])
-        if self.version != PROTOCOL_VERSION:  # a 1.0 engine: what it names beyond 1.0 is not carried
+        if self.version == V1:  # a 1.0 engine: what it names beyond 1.0 is not carried
             capabilities &= frozenset(V1_CAPABILITIES)
         self.capabilities = capabilities
 
@@ -156,7 +156,7 @@ class WireEngine:
         wire = SERVED.get(capability)
         if wire is None:
             return f"the wire protocol ({self.version}) does not carry {capability!r}"
-        if self.version != PROTOCOL_VERSION and any(c not in V1_CAPABILITIES for c in wire):
+        if self.version == V1 and any(c not in V1_CAPABILITIES for c in wire):
             return f"engine {self.info.get('name', self.spec)} speaks {self.version}, which does not carry {capability!r}"
         lacking = [c for c in wire if c not in self.capabilities]
         if lacking:

@@ -23,14 +23,17 @@ import numpy as np
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection
 from falsify.engines.wire.messages import (
+    BATCHED,
     ENGINE_NOTIFICATIONS,
     ENGINE_REQUESTS,
     HARNESS_NOTIFICATIONS,
     HARNESS_REQUESTS,
     PROTOCOL_VERSION,
+    V1,
     V1_CAPABILITIES,
     WIRE_CAPABILITIES,
     ErrorCode,
+    carries,
 )
 from falsify.engines.wire.transports import HttpTransport, StdioTransport, TransportError
 from falsify.untrusted import boundedjson
@@ -88,7 +91,7 @@ def probes(engine: Any) -> list[Probe]:
     out: list[Probe] = []
 
     def probe(name: str, needs: str, body: Callable[[], None]) -> None:
-        if needs in ("lanes", "sample") and engine.version != PROTOCOL_VERSION:
+        if needs in ("lanes", "sample") and engine.version == V1:
             out.append(
                 Probe(
                     name,
@@ -215,6 +218,14 @@ def probes(engine: Any) -> list[Probe]:
         assert sampler(row) in (0, 1)
         assert engine.greedy()(np.array([0.0, 2.0, 2.0], np.float32)) == 1
         _refused(lambda: engine.sampler(temperature=float("nan")), "a NaN temperature")
+        if carries(engine.version, "sample_draws"):  # 1.2: one call, the same tokens as one draw at a time
+            batched = engine.sampler(temperature=1.0, seed=7).draws(row, 9)
+            one_by_one = engine.sampler(temperature=1.0, seed=7)
+            singles = [one_by_one(row) for _ in range(9)]
+            assert list(batched) == singles, (
+                f"sample_draws answered {list(batched)}, 9 sample_draw calls of a sampler of the same seed "
+                f"{singles} [rule: sample_draws answers what count successive sample_draw calls would]"
+            )
 
     probe("generate, $/poll, $/forward, $/token, $/sample, refusals", "generate", generate)
     probe("state: copy independence both ways, bytes, digest, releases", "state", state)
@@ -223,7 +234,7 @@ def probes(engine: Any) -> list[Probe]:
     probe("an unknown method is -32601", "generate", unknown_method)
     probe("a line that is not JSON is -32700, params that break the schema -32602", "generate", malformed)
     probe("lanes: submit, round, cancel, resume, leave, status, digest, -32013", "lanes", lanes)
-    probe("sample: pick, draw, greedy, refusal", "sample", sample)
+    probe("sample: pick, draw, greedy, refusal; 1.2: draws", "sample", sample)
     return out
 
 
@@ -292,8 +303,10 @@ def spec_parts(version: str = PROTOCOL_VERSION) -> list[str]:
     ]
     if version == PROTOCOL_VERSION:
         return parts
-    # a 1 engine: 1.1's messages are not applicable; it refused 1.1 at initialize (-32001)
-    return [p for p in parts if p not in ONLY_1_1] + [f"error {int(ErrorCode.UNSUPPORTED_PROTOCOL_VERSION)}"]
+    # a 1.1 engine: 1.2's batched calls are not applicable, a 1 engine: nor are 1.1's messages; either refused a
+    # newer version at initialize (-32001)
+    dropped = ONLY_1_1 | set(BATCHED) if version == V1 else set(BATCHED)
+    return [p for p in parts if p not in dropped] + [f"error {int(ErrorCode.UNSUPPORTED_PROTOCOL_VERSION)}"]
 
 
 def unexercised(seen: dict[str, int], parts: list[str] | None = None) -> list[str]:

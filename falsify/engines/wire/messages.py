@@ -19,11 +19,14 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-PROTOCOL_VERSION = "falsify-engine/1.1"  # what the harness offers first
+PROTOCOL_VERSION = "falsify-engine/1.2"  # what the harness offers first
+# What it speaks, newest first: 1 is 1.1 without lanes, sample; 1.1 is 1.2 without its batched calls (BATCHED).
 PROTOCOL_VERSIONS = (
+    "falsify-engine/1.2",
     "falsify-engine/1.1",
     "falsify-engine/1",
-)  # what it speaks; 1 is 1.1 without lanes, sample
+)
+V1 = "falsify-engine/1"
 
 # Wire capabilities (what `initialize` answers) and the methods each one obliges the engine to serve.
 WIRE_CAPABILITIES: dict[str, tuple[str, ...]] = {
@@ -51,9 +54,25 @@ WIRE_CAPABILITIES: dict[str, tuple[str, ...]] = {
         "lane_digest",
         "release_lane_host",
     ),
-    "sample": ("new_sampler", "sample_pick", "sample_draw", "greedy_pick"),
+    "sample": ("new_sampler", "sample_pick", "sample_draw", "greedy_pick", "sample_draws"),
 }
 V1_CAPABILITIES = ("generate", "state", "prefill")  # what falsify-engine/1 carries
+# 1.2: calls that answer many questions of one kind in one round trip, each equal to the calls it batches (a 1.1
+# engine is asked them one call at a time). `sample_draws`: `count` successive `sample_draw`s on one row.
+BATCHED = ("sample_draws",)
+
+
+def carries(version: str, method: str) -> bool:
+    """Whether the agreed protocol version carries `method` (a 1 engine: none of 1.1's capabilities; a 1 or 1.1
+    engine: none of 1.2's batched calls)."""
+    if method in BATCHED:
+        return version == PROTOCOL_VERSION
+    if version == V1:
+        return any(method in WIRE_CAPABILITIES[c] for c in V1_CAPABILITIES) or method not in {
+            m for methods in WIRE_CAPABILITIES.values() for m in methods
+        }
+    return True
+
 
 # Methods the harness sends (the lifecycle's two, then every capability's), the engine sends, and which of them are
 # notifications (no reply).

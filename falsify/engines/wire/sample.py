@@ -1,5 +1,6 @@
 """The engine's sampler over the wire (capability `sample`, protocol 1.1): `engine.sampler(...)` and
-`engine.greedy()` of falsify/engines/protocol.py, each call one request.
+`engine.greedy()` of falsify/engines/protocol.py, each call one request (1.2: `draws` asks for many seeded
+draws in one).
 
 The harness chooses the uniforms (`sample_pick` carries them as exact float64), so the sampling falsifiers probe
 the engine's inverse CDF where they like; `sample_draw` is one draw of the sampler's own seeded RNG. What comes
@@ -16,6 +17,9 @@ import numpy as np
 
 from falsify.engines.wire import errors
 from falsify.engines.wire.messages import encode_f32, encode_f64
+
+# The most draws one `sample_draws` asks for (its schema's maximum): an answer stays well under the line limit.
+MAX_DRAWS = 65536
 
 
 def number(value: Any) -> Any:
@@ -43,8 +47,12 @@ def _checked(engine: Any, method: str, tokens: list[int], vocab: int, want: int)
     if len(tokens) != want:
         engine.connection().fail(
             errors.ProtocolViolation(
-                f"engine {engine.spec}: {method} answered {len(tokens)} tokens for {want} uniforms "
-                "[rule: one token per uniform]"
+                f"engine {engine.spec}: {method} answered {len(tokens)} tokens for {want} "
+                + (
+                    "draws [rule: one token per draw asked for]"
+                    if method == "sample_draws"
+                    else "uniforms [rule: one token per uniform]"
+                )
             )
         )
     bad = [t for t in tokens if not 0 <= t < vocab]
@@ -78,6 +86,23 @@ class WireSampler:
             "token"
         ]
         return _checked(self.engine, "sample_draw", [token], vocab, 1)[0]
+
+    def draws(self, logits: Any, count: int) -> np.ndarray:
+        """`count` tokens drawn with the sampler's own seeded RNG on one row: what `count` calls of `self(logits)`
+        answer, in order. A 1.2 engine answers them in `sample_draws` calls of at most MAX_DRAWS each; a 1.1
+        engine is asked one `sample_draw` at a time."""
+        from falsify.engines.wire.messages import carries
+
+        if not carries(self.engine.version, "sample_draws"):
+            return np.array([self(logits) for _ in range(count)], np.int64)
+        row, vocab = _logits(self.engine, logits)
+        out: list[int] = []
+        while len(out) < count:
+            want = min(MAX_DRAWS, count - len(out))
+            params = {"sampler": self.handle, "logits": row, "count": want}
+            tokens = self.engine.connection().request("sample_draws", params)["tokens"]
+            out += _checked(self.engine, "sample_draws", tokens, vocab, want)
+        return np.array(out, np.int64)
 
     def pick(self, logits: Any, u: Any) -> Any:
         row, vocab = _logits(self.engine, logits)

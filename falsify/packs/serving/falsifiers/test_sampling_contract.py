@@ -266,6 +266,28 @@ GOF_CASES = [
     (("synthetic", 3, 0.0, 6), 1.0, None, None, 20),  # all logits equal: uniform over three
 ]
 DRAWS = 5000
+# Where the engine batches seeded draws (wire 1.2's sample_draws), a sampler of the same seed drawn one at a time
+# this many times must give the batch's first tokens: the batch is judged, and it must be the draws it stands for.
+SINGLES = 64
+
+
+def seeded_draws(sampler: Any, logits: np.ndarray, n: int) -> np.ndarray:
+    """n tokens of the sampler's own seeded RNG on one row: its `draws(logits, n)` where it has one (a wire engine
+    speaking 1.2 answers them in one round trip), else n calls."""
+    batched = getattr(sampler, "draws", None)
+    if batched is not None:
+        return np.asarray(batched(logits, n), np.int64)
+    return np.array([sampler(logits) for _ in range(n)], np.int64)
+
+
+def batch_mismatch(engine: Any, draws: np.ndarray, logits: np.ndarray, **params: Any) -> int:
+    """How many of the first SINGLES draws differ from single draws of a fresh sampler of the same parameters
+    (0 for a sampler without `draws`: its draws were single)."""
+    sampler = engine.sampler(**params)
+    if getattr(sampler, "draws", None) is None:
+        return 0
+    singles = np.array([sampler(logits) for _ in range(SINGLES)], np.int64)
+    return int(np.count_nonzero(singles != draws[:SINGLES]))
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-SAMPLE-003")
@@ -285,8 +307,8 @@ def test_seeded_draws_fit_the_analytic_distribution(
         _, vocab, scale, rng_seed = row
         logits = (np.random.default_rng(rng_seed).standard_normal(vocab) * scale).astype(np.float32)
     a = fixed(logits, temperature, top_k, top_p)
-    sampler = engine.sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    draws = np.array([sampler(logits) for _ in range(DRAWS)], np.int64)
+    params = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed}
+    draws = seeded_draws(engine.sampler(**params), logits, DRAWS)
     fit = chi_square_gof(np.bincount(draws, minlength=len(logits)), a.dense(len(logits)))
     cut = {k: v for k, v in (("top_k", top_k), ("top_p", top_p)) if v is not None}
     falsify.check(
@@ -295,6 +317,7 @@ def test_seeded_draws_fit_the_analytic_distribution(
         p_value=fit.p_value,
         draws=fit.draws,
         checks=len(GOF_CASES),
+        batch_mismatch=batch_mismatch(engine, draws, logits, **params),
         seed=seed,
         temperature=temperature,
         **cut,
