@@ -369,18 +369,13 @@ class FalsifyPlugin:
         self._write_results()
 
     def _wire_coverage(self) -> None:
-        """For a wire engine: the messages and errors of the protocol this run exercised, and those it did not."""
+        """For a wire engine: the agreed version's messages and errors this run exercised, and those it did not."""
         conn = getattr(self._engine, "_conn", None)
         if conn is None or not hasattr(conn, "seen"):
             return
         from falsify.engines.wire.conformance import spec_parts, unexercised
 
-        # the parts of the version the engine agreed to (a 1.1 engine is not asked for 1.2's batched calls); shutdown
-        # and exit are sent at exit, after this summary
-        version = getattr(self._engine, "version", "") or None
-        parts = [
-            p for p in (spec_parts(version) if version else spec_parts()) if p not in ("shutdown", "exit")
-        ]
+        parts = [p for p in spec_parts(self._engine.version) if p not in ("shutdown", "exit")]
         missing = unexercised(conn.seen, parts)
         self.wire_coverage = {
             "exercised": len(parts) - len(missing),
