@@ -93,9 +93,12 @@ def run_lint(args: argparse.Namespace) -> int:
         paths = contract_dirs(project, tuple(args.pack)) + (
             [project.mutants] if project.mutants.is_dir() else []
         )
+        # A project with no contracts directory of its own and no pack (an engine in C whose mutants kill pack
+        # predictions): "no contract found", naming the pack its mutants need, not an I/O error (issue #46).
+        read = [p for p in paths if p.exists()] if project.mutants.is_dir() else paths
     else:  # the files named, with the packs asked for (so a mutant's kills can name a pack's predictions)
-        paths = [*paths, *(contracts_dir(name) for name in args.pack)]
-    corpus, code = lint(paths)
+        paths = read = [*paths, *(contracts_dir(name) for name in args.pack)]
+    corpus, code = lint(read)
     if corpus.mutants:
         from falsify.contracts.lint import EXIT_ERRORS
         from falsify.mutation.semantic.matching import match_problems

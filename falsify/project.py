@@ -1,7 +1,8 @@
-"""The project under test: its `[tool.falsify]` table in pyproject.toml, and nothing else.
+"""The project under test: its `[tool.falsify]` table in pyproject.toml or, for a project that has no
+pyproject.toml (an engine in C, Rust or Go over `exec:`), in falsify.toml; nothing else.
 
 There is no fallback: a directory with no `[tool.falsify]` at or above it is a `ProjectError` that says what to
-add (`falsify init` writes a working starter). Keys (docs/reference/config.md):
+add (`falsify init` writes a working starter). Keys (docs/config.md):
 
     contracts = "contracts"        the project's own contracts (a directory)
     packs = ["serving"]            built-in contract packs run alongside them (falsify/packs/<name>)
@@ -46,6 +47,7 @@ LIST_KEYS = frozenset({"packs", "sources", "weights", "weights_dirs", "copy_excl
 PATH_KEYS = frozenset({"contracts", "tests", "mutants", "sources", "weights"})  # inside the project, always
 MAX_PYPROJECT = 4 * 2**20  # bytes
 STARTER = '[tool.falsify] with contracts = "contracts", tests = "tests", engine = "module:factory"'
+CONFIG_FILES = ("pyproject.toml", "falsify.toml")  # where [tool.falsify] may be, in a project's root
 
 
 class ProjectError(FalsifyError):
@@ -64,10 +66,12 @@ class Project:
     weights: tuple[str, ...] = ()
     copy_exclude: tuple[str, ...] = ()
     weights_dirs: tuple[str, ...] = ()  # outside the tree on purpose: absolute, `~` or relative to the root
+    config_name: str = "pyproject.toml"  # the file holding [tool.falsify]: pyproject.toml or falsify.toml
 
     @property
     def pyproject(self) -> Path:
-        return self.root / "pyproject.toml"
+        """The file holding [tool.falsify] and its sub-tables (pyproject.toml, or falsify.toml)."""
+        return self.root / self.config_name
 
     @property
     def import_roots(self) -> tuple[Path, ...]:
@@ -77,33 +81,53 @@ class Project:
 
 
 def find_project(start: Path | None = None) -> Project:
-    """The project whose pyproject.toml is nearest upward from `start` (default: cwd).
+    """The project whose pyproject.toml or falsify.toml is nearest upward from `start` (default: cwd).
 
-    The search stops at the first pyproject.toml (or a repository root): a parent checkout is never used in its
-    place. Raises ProjectError naming the file and what to add when there is no `[tool.falsify]`."""
+    The search stops at the first directory holding either (or a repository root): a parent checkout is never
+    used in its place. There, [tool.falsify] is read from pyproject.toml, else from falsify.toml (a project with
+    no Python packaging: an `exec:` engine in any language); both holding it is an error naming them. Raises
+    ProjectError naming the file and what to add when there is no `[tool.falsify]`."""
     here = (start or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
-        pyproject = candidate / "pyproject.toml"
-        if os.path.lexists(pyproject) and not pyproject.is_file():
-            # the nearest pyproject.toml is the project's even when it cannot be read: skipping it would run a
-            # parent checkout's project instead
-            raise ProjectError(
-                f"{pyproject} is {_file_kind(pyproject)}, not a regular file: the project's "
-                "configuration must be a pyproject.toml file"
-            )
-        if pyproject.is_file():
-            table = _table(pyproject)
-            if table is None:
+        tables: dict[str, dict[str, Any] | None] = {}
+        for name in CONFIG_FILES:
+            path = candidate / name
+            if os.path.lexists(path) and not path.is_file():
+                # the nearest configuration is the project's even when it cannot be read: skipping it would run
+                # a parent checkout's project instead
                 raise ProjectError(
-                    f"{pyproject} has no [tool.falsify] table: run `falsify init`, or add {STARTER}"
+                    f"{path} is {_file_kind(path)}, not a regular file: the project's configuration must be "
+                    f"a {name} file"
                 )
-            return _project(candidate, table)
+            if path.is_file():
+                tables[name] = _table(path)
+        found = {name: table for name, table in tables.items() if table is not None}
+        if len(found) > 1:
+            raise ProjectError(
+                f"{candidate} has [tool.falsify] in both {' and '.join(found)}: keep it in one of them"
+            )
+        if found:
+            name, table = next(iter(found.items()))
+            return _project(candidate, table, name)
+        if tables:
+            shown = " and ".join(str(candidate / name) for name in tables)
+            raise ProjectError(f"{shown} has no [tool.falsify] table: run `falsify init`, or add {STARTER}")
         if (candidate / ".git").exists():
             break
     raise ProjectError(
-        f"no pyproject.toml with [tool.falsify] at or above {here}: run `falsify init` there, or add "
-        f"{STARTER} to a pyproject.toml"
+        f"no pyproject.toml or falsify.toml with [tool.falsify] at or above {here}: run `falsify init` there, "
+        f"or add {STARTER} to a pyproject.toml (or, for an engine in another language, a falsify.toml)"
     )
+
+
+def config_file(root: Path) -> Path:
+    """The file holding the project's [tool.falsify] at `root` (pyproject.toml, or falsify.toml); pyproject.toml
+    where there is none."""
+    try:
+        project = find_project(root)
+    except ProjectError:
+        return root / "pyproject.toml"
+    return project.pyproject if project.root == root.resolve() else root / "pyproject.toml"
 
 
 def find_project_or_none(start: Path | None = None) -> Project | None:
@@ -153,8 +177,8 @@ def _table(pyproject: Path) -> dict[str, Any] | None:
     return subtable(read_toml(pyproject), pyproject, "tool", "falsify")
 
 
-def _project(root: Path, table: dict[str, Any]) -> Project:
-    where = root / "pyproject.toml"
+def _project(root: Path, table: dict[str, Any], name: str = "pyproject.toml") -> Project:
+    where = root / name
     for key, value in table.items():
         if key in SUBTABLES:  # read by their command ([tool.falsify.mutmut], [tool.falsify.gate])
             if not isinstance(value, dict):
@@ -192,6 +216,7 @@ def _project(root: Path, table: dict[str, Any]) -> Project:
         tuple(table.get("weights", ())),
         tuple(table.get("copy_exclude", ())),
         tuple(table.get("weights_dirs", ())),
+        name,
     )
 
 

@@ -100,7 +100,9 @@ def test_init_then_lint_gate_mutants_in_a_new_repository(
     repo.mkdir()
     assert run(["git", "init", "-q"], repo, env).returncode == 0
     nothing = run([falsify, "gate"], repo, env)
-    assert nothing.returncode == 2 and "no pyproject.toml with [tool.falsify]" in nothing.stderr
+    assert (
+        nothing.returncode == 2 and "no pyproject.toml or falsify.toml with [tool.falsify]" in nothing.stderr
+    )
     for step in (["init"], ["lint"], ["gate"], ["mutants"]):
         done = run([falsify, *step], repo, env)
         assert done.returncode == 0, (

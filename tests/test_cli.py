@@ -313,7 +313,10 @@ def test_no_project_is_a_clear_error_never_another_checkout(tmp_path: Path) -> N
     for command in (["lint"], ["gate"], ["mutants"], ["bindings"]):
         result = falsify(*command, cwd=tmp_path)
         assert result.returncode == 2, (command, result.stdout)
-        assert f"no pyproject.toml with [tool.falsify] at or above {tmp_path.resolve()}" in result.stderr
+        assert (
+            f"no pyproject.toml or falsify.toml with [tool.falsify] at or above {tmp_path.resolve()}"
+            in result.stderr
+        )
         assert "falsify init" in result.stderr
         assert_no_traceback(result)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')

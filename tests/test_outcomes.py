@@ -79,7 +79,7 @@ def test_a_missing_oracle_is_not_applicable_by_name(pytester: pytest.Pytester) -
     assert row.outcome is Outcome.NOT_APPLICABLE
     assert (
         row.detail
-        == "FALSIFY-DEMO-003 needs oracle 'no_such_oracle_pkg': not installed (tox -e oracle runs it)"
+        == "FALSIFY-DEMO-003 needs oracle 'no_such_oracle_pkg' (machine): not installed here (tox -e oracle runs it)"
     )
 
 
@@ -213,11 +213,11 @@ def test_a_not_applicable_reason_names_the_predictions_own_need(pytester: pytest
     pytester.syspathinsert()
     rows = run_shared(pytester, LANES_CONTRACT, LANES_TESTS, "--engine", "only_generate:Engine")
     assert rows["FALSIFY-DEMO-001"].outcome is Outcome.NOT_APPLICABLE
-    assert rows["FALSIFY-DEMO-001"].detail == "FALSIFY-DEMO-001 needs 'lanes': no lanes here"
+    assert rows["FALSIFY-DEMO-001"].detail == "FALSIFY-DEMO-001 needs 'lanes' (engine): no lanes here"
     assert rows["FALSIFY-DEMO-002"].outcome is Outcome.NOT_APPLICABLE
     assert rows["FALSIFY-DEMO-002"].detail == (
         "FALSIFY-DEMO-002's test also falsifies FALSIFY-DEMO-001, which this engine cannot run: "
-        "FALSIFY-DEMO-001 needs 'lanes': no lanes here"
+        "FALSIFY-DEMO-001 needs 'lanes' (engine): no lanes here"
     )
 
 
@@ -227,6 +227,6 @@ def test_predictions_that_all_lack_a_capability_each_name_their_own(pytester: py
     both = LANES_CONTRACT.replace("requires: [generate]\n", "requires: [generate, quant]\n")
     rows = run_shared(pytester, both, LANES_TESTS, "--engine", "only_generate:Engine")
     assert rows["FALSIFY-DEMO-001"].detail == (
-        "FALSIFY-DEMO-001 needs 'quant': no quant here; needs 'lanes': no lanes here"
+        "FALSIFY-DEMO-001 needs 'quant' (engine): no quant here; needs 'lanes' (engine): no lanes here"
     )
-    assert rows["FALSIFY-DEMO-002"].detail == "FALSIFY-DEMO-002 needs 'quant': no quant here"
+    assert rows["FALSIFY-DEMO-002"].detail == "FALSIFY-DEMO-002 needs 'quant' (engine): no quant here"

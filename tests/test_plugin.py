@@ -177,7 +177,7 @@ def test_capabilities_a_target_lacks_are_not_applicable(project: pytest.Pytester
     project.syspathinsert()
     result = project.runpytest("--falsify-strict", "--engine", "only_generate:Engine", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*NOT APPLICABLE: FALSIFY-DEMO-001 needs 'lanes': no lanes here*"])
+    result.stdout.fnmatch_lines(["*NOT APPLICABLE: FALSIFY-DEMO-001 needs 'lanes' (engine): no lanes here*"])
 
 
 def test_an_engine_that_cannot_load_is_one_usage_error(project: pytest.Pytester) -> None:
@@ -321,10 +321,33 @@ def test_forwards():
         falsify.cannot_show("FALSIFY-DEMO-404", "why")
     with pytest.raises(ContractError, match="needs the reason"):
         falsify.cannot_show("FALSIFY-DEMO-001", "  ")
+    with pytest.raises(ContractError, match="whose='weather': give one of 'engine', 'machine', 'config'"):
+        falsify.cannot_show("FALSIFY-DEMO-001", "why", whose="weather")
     falsify.check("FALSIFY-DEMO-001", emitted=8, decode_forwards=7)
 """
     )
     project.runpytest().assert_outcomes(passed=1)
+
+
+def test_cannot_show_says_whose_reason_it_is(project: pytest.Pytester) -> None:
+    """Issue #46: "cannot be shown on this machine" was printed for a reason that was the engine's (an engine
+    that reuses no session state). `whose` names the engine, the machine (the default) or the configuration."""
+    from falsify.contracts.corpus import project_corpus
+    from falsify.harness.results import per_prediction
+
+    source = CANNOT_SHOW.format(before="", marks='"FALSIFY-DEMO-002"').replace(
+        '"the control  saw nothing",', '"it reuses nothing", whose="engine",'
+    )
+    project.makepyfile(test_demo=source)
+    out = project.path / "results.json"
+    project.runpytest("--falsify-results", str(out)).assert_outcomes(passed=1, skipped=1)
+    data = json.loads(out.read_text())
+    rows = {r.id: r for r in per_prediction(project_corpus(str(project.path / "contracts")), data)}
+    assert (
+        rows["FALSIFY-DEMO-001"].detail
+        == "FALSIFY-DEMO-001 cannot be shown on this engine: it reuses nothing"
+    )
+    assert rows["FALSIFY-DEMO-001"].cannot_show
 
 
 # A module that names the marker nowhere: --falsify-only does not import it (an import would fail here).

@@ -169,8 +169,7 @@ def test_a_prediction_this_machine_cannot_show_is_not_unproven(tmp_path: Path, m
     }
     assert proved["FALSIFY-DEMO-001"].cell == "n/a here"
     assert summary(proved) == (
-        "0 proven of 2 provable here, 1 cannot be shown on this machine, 1 unproven with a reviewed reason, "
-        "1 UNPROVEN"
+        "0 proven of 2 provable here, 1 cannot be shown here, 1 unproven with a reviewed reason, 1 UNPROVEN"
     )
     # killed elsewhere in the same run wins; without a run, nothing is judged
     killed = proofs(corpus, {"limit-off": {"FALSIFY-DEMO-001"}}, {"FALSIFY-DEMO-001"})
@@ -186,3 +185,65 @@ def test_a_prediction_this_machine_cannot_show_is_not_unproven(tmp_path: Path, m
     elsewhere = shown_here(from_report, set())
     assert elsewhere["FALSIFY-DEMO-001"].status is Proof.UNPROVEN
     assert elsewhere["FALSIFY-DEMO-003"] == from_report["FALSIFY-DEMO-003"]
+
+
+def test_not_applicable_is_never_counted_unproven(tmp_path: Path, monkeypatch) -> None:
+    """Issue #46: the gate said "1 proven, 1 UNPROVEN" where the unproven one was NOT APPLICABLE to the engine.
+    A prediction NOT APPLICABLE in the run is neither proven nor UNPROVEN: its PROVEN cell is n/a and the verdict
+    counts it apart; one that is applicable and unproven still says UNPROVEN."""
+    from falsify.harness.gate import not_applicable, verdict
+
+    monkeypatch.chdir(tmp_path)
+    p = project(tmp_path)
+    corpus = load_corpus([p.contracts, p.mutants])
+    proved = proofs(corpus, red_from_stryker(stryker("Killed", "red: FALSIFY-DEMO-001")))
+
+    def row(pid: str, outcome: Outcome) -> PredictionResult:
+        return PredictionResult(pid, "demo-v1", outcome, ("t",), (), 0.0, 1, "", None)
+
+    rows = [
+        row("FALSIFY-DEMO-001", Outcome.PASS),
+        row("FALSIFY-DEMO-002", Outcome.NOT_APPLICABLE),
+        row("FALSIFY-DEMO-003", Outcome.PASS),
+    ]
+    assert not_applicable(rows, proved) == ["FALSIFY-DEMO-002"]
+    lines = render(rows, proved).splitlines()
+    at = lines[0].index("PROVEN")  # the column starts where its header does
+    assert [line[at:].split()[0] for line in lines[2:]] == ["yes", "n/a", "no:"]
+    line, ok = verdict(corpus, rows, {}, ENGINE, proved)
+    assert ok
+    assert "1 proven, 1 unproven with a reviewed reason, 1 not applicable;" in line
+    assert "UNPROVEN" not in line
+    # applicable, it is UNPROVEN again
+    rows[1] = row("FALSIFY-DEMO-002", Outcome.PASS)
+    assert (
+        "1 proven, 1 unproven with a reviewed reason, 1 UNPROVEN;"
+        in verdict(corpus, rows, {}, ENGINE, proved)[0]
+    )
+    assert summary(proved, not_applicable=["FALSIFY-DEMO-002"]) == (
+        "1 proven, 1 unproven with a reviewed reason, 1 not applicable"
+    )
+
+
+def test_a_packs_reviewed_reason_applies_only_where_its_mutants_are_planted(tmp_path: Path) -> None:
+    """OAI-009's `unproven_because` is about the reference server (no prefix cache): an adopter's project, which
+    holds none of the pack's mutant files, gets no excuse from it (UNPROVEN until its own mutant turns it red);
+    falsify's own tree, which holds them, keeps it."""
+    from falsify.contracts.packs import contracts_dir
+
+    pack = contracts_dir("openai-serving")
+    adopter = proofs(load_corpus([pack]), {})
+    assert adopter["FALSIFY-OAI-009"].status is Proof.UNPROVEN
+    assert adopter["FALSIFY-OAI-009"].because is None
+    assert all(p.status is not Proof.EXCUSED for p in adopter.values())
+    mutants = tmp_path / "mutants"
+    mutants.mkdir()
+    seed = (
+        Path(__file__).parent.parent / "mutants" / "openai-seed-ignored.yaml"
+    )  # one of the pack's, as planted
+    (mutants / seed.name).write_text(seed.read_text(encoding="utf-8"), encoding="utf-8")
+    planted = load_corpus([pack, mutants])
+    assert any(m.id == "openai-seed-ignored" for m in planted.mutants), planted.problems
+    here = proofs(planted, {})
+    assert here["FALSIFY-OAI-009"].status is Proof.EXCUSED
+    assert "prefix cache" in (here["FALSIFY-OAI-009"].because or "")

@@ -19,7 +19,7 @@ import jsonschema
 from falsify.contracts.corners import Budget
 from falsify.contracts.formula import Formula
 from falsify.contracts.formula_checks import Corner, checked_corners, checked_formula, empty_range
-from falsify.contracts.packs import contracts_dir, is_pack_file
+from falsify.contracts.packs import contracts_dir, help_for, is_pack_file
 from falsify.contracts.yamlfile import Located, format_path, load_yaml
 from falsify.errors import ContractError, Problem
 from falsify.project import Project, find_project, find_project_or_none, schema_path, source_problem
@@ -558,7 +558,7 @@ def _cross_check(corpus: Corpus, mutant_universe: Path | None) -> None:
                             mutant.path,
                             mutant.line,
                             "kills",
-                            f"{pid} is not a prediction of any contract",
+                            f"{pid} is not a prediction of any contract{help_for([pid])}",
                             "mutant-kills",
                         )
                     )

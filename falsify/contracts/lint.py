@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from falsify.contracts.corpus import Corpus, load_corpus
-from falsify.contracts.packs import is_pack_file
+from falsify.contracts.packs import help_for, is_pack_file
 from falsify.errors import ContractError, Problem, terminal_safe
 
 EXIT_CLEAN, EXIT_ERRORS, EXIT_EMPTY = 0, 1, 2
@@ -29,6 +29,9 @@ def verdict(corpus: Corpus, paths: list[Path]) -> str:
     if not corpus.contracts and not corpus.problems:
         n = len(corpus.mutants)
         also = f" ({n} mutant{'s' if n != 1 else ''}, no prediction for them to kill)" if n else ""
+        packs = help_for(pid for m in corpus.mutants for pid in m.kills)
+        if packs:  # the mutants kill a pack's predictions: the pack is what is missing (issue #46)
+            also = f" ({n} mutant{'s' if n != 1 else ''}, whose kills name {packs.strip()[1:-1]})"
         return (
             f"lint: no contract found in {', '.join(map(str, paths))}{also} (an empty corpus is never a pass)"
         )

@@ -16,7 +16,9 @@ the distribution as its subpath), so `falsify verify` can find it again wherever
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from importlib import metadata, resources
 from pathlib import Path
 
@@ -56,6 +58,31 @@ def describe(name: str) -> dict[str, str]:
     """pack.toml: title and requires (the capabilities its contracts need), for `falsify packs`."""
     data = tomllib.loads((pack_dir(name) / "pack.toml").read_text(encoding="utf-8"))
     return {str(k): str(v) for k, v in data.items()}
+
+
+@cache
+def _prediction_ids(name: str) -> frozenset[str]:
+    from falsify.contracts.corpus import load_corpus
+
+    return frozenset(p.id for c in load_corpus([contracts_dir(name)]).contracts for p in c.predictions)
+
+
+def packs_defining(ids: Iterable[str]) -> list[str]:
+    """The installed packs whose contracts define any of `ids`: what a project whose mutants kill pack
+    predictions must name in `packs` (lint says so instead of "no contract found", issue #46)."""
+    wanted = set(ids)
+    return [name for name in available() if wanted & _prediction_ids(name)]
+
+
+def help_for(ids: Iterable[str]) -> str:
+    """ " (predictions of the pack serving: add packs = ["serving"] to [tool.falsify], or pass --pack serving)",
+    or "" when no installed pack defines any of `ids`."""
+    names = packs_defining(ids)
+    if not names:
+        return ""
+    listed = ", ".join(f'"{n}"' for n in names)
+    flags = " ".join(f"--pack {n}" for n in names)
+    return f" (predictions of the pack {', '.join(names)}: add packs = [{listed}] to [tool.falsify], or pass {flags})"
 
 
 def is_pack_file(path: str | Path) -> bool:

@@ -170,7 +170,7 @@ def _killed(p: dict[str, Any]) -> str:
     if p.get("proven") == "UNPROVEN":
         return "UNPROVEN" + (" (no mutant listed)" if not p["mutants"] else "")
     if p.get("proven") == "CANNOT SHOW":
-        return "cannot be shown on this machine"
+        return "cannot be shown here (its row says whose reason)"
     if not p["mutants"]:
         return "—"
     return "not run" if all(m["status"] == "NOT RUN" for m in p["mutants"]) else "none"

@@ -43,9 +43,9 @@ from falsify.evidence.tree import (
     weights_files,
 )
 from falsify.evidence.verdict import decide, junit_totals
-from falsify.harness.proven import PredictionProof, proofs
+from falsify.harness.proven import PredictionProof, expected_killers, proofs
 from falsify.harness.results import PredictionResult, check_results, per_prediction, test_counts
-from falsify.project import ProjectError, read_toml, subtable
+from falsify.project import ProjectError, config_file, read_toml, subtable
 from falsify.untrusted.boundedjson import Field
 
 # Packages whose versions the environment block names: the harness, the engine's numerics, the oracles. These are
@@ -369,7 +369,7 @@ def mutmut_summary(report: dict[str, Any], root: Path) -> dict[str, Any]:
             counts[names.get(str(m.get("status")) if isinstance(m, dict) else "", "other")] += 1
     floor = None
     try:
-        path = root / "pyproject.toml"
+        path = config_file(root)
         raw = (subtable(read_toml(path), path, "tool", "falsify", "mutmut") or {}).get("kill_rate_floor")
         if isinstance(raw, int | float) and not isinstance(raw, bool) and 0 <= raw <= 100:
             floor = raw / 100 if raw > 1 else raw
@@ -484,7 +484,10 @@ def _prediction_entry(
         )
     by_id = {m.id: m for m in mutants}
     declared = []
-    for mid in p.mutants:
+    # The mutants that must turn it red here: a pack prediction's `mutants:` name bugs planted in falsify's
+    # reference, which an adopter's project holds none of (issue #46: its kill matrix carried the reference's 33
+    # pack mutants as NOT RUN columns); the project's own that list it in `kills` are its mutants.
+    for mid in expected_killers(corpus, r.id):
         m = by_id.get(mid)
         declared.append(
             {

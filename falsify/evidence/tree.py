@@ -126,7 +126,9 @@ def configuration_files(root: Path, inputs: Inputs) -> list[tuple[str, str]]:
             for p in tests.rglob("*")
             if p.is_file() and not GENERATED.intersection(p.relative_to(tests).parts)
         ]
-    out += [(name, "project") for name in ("tox.ini", "pyproject.toml") if (root / name).is_file()]
+    out += [
+        (name, "project") for name in ("tox.ini", "pyproject.toml", "falsify.toml") if (root / name).is_file()
+    ]
     return sorted(set(out))
 
 

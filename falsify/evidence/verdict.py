@@ -133,7 +133,7 @@ def decide(
             f"; {len(proven)} of {len(applicable)} proven"
             + (f", {len(excused)} unproven with a reviewed reason" if excused else "")
             + (f", {len(unproven)} UNPROVEN" if unproven else "")
-            + (f", {len(unshowable)} cannot be shown on this machine" if unshowable else "")
+            + (f", {len(unshowable)} cannot be shown here" if unshowable else "")
             if measured
             else "; proven not measured"
         )
@@ -150,7 +150,7 @@ def decide(
         if timed_out:
             mutant_text += f", {len(timed_out)} timed out"
         if machine:
-            mutant_text += f", {len(machine)} cannot be shown on this machine"
+            mutant_text += f", {len(machine)} cannot be shown here"
     else:
         mutant_text = (
             f"mutants NOT RUN ({len(declared)} declared, 0 killed)" if declared else "no mutant declared"

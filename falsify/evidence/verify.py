@@ -45,7 +45,7 @@ from falsify.evidence.tree import (
     source_files,
 )
 from falsify.harness.proven import report_engine
-from falsify.project import find_project
+from falsify.project import CONFIG_FILES, find_project
 from falsify.untrusted import boundedjson, safefile
 
 MAX_JSON_BYTES = 256 << 20  # a bundle's statements, results and reports are parsed whole: bounded first
@@ -259,7 +259,7 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
     # packs, is pinned among the configuration digests), and its mutants.
     dirs = (
         contract_dirs(find_project(root))
-        if (root / "pyproject.toml").is_file()
+        if any((root / name).is_file() for name in CONFIG_FILES)
         else [root / inputs.contracts]
     )
     corpus = load_corpus(dirs + ([root / inputs.mutants] if (root / inputs.mutants).is_dir() else []))

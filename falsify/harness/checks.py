@@ -89,12 +89,21 @@ def plain(value: Any, _depth: int = 0) -> Any:
     return value
 
 
-class CannotShowHere(Exception):  # a verdict the plugin turns into NOT APPLICABLE, not an error
-    """Raised by cannot_show(); the plugin records the test NOT APPLICABLE on this machine."""
+# Whose reason a NOT APPLICABLE is, as its message says it (issue #46): the engine's (it lacks a capability, or
+# behaves so that the bug leaves no trace, as an engine that reuses no state), this machine's (an oracle not
+# installed, BLAS that gives the same bytes under any thread count), or the configuration's.
+WHOSE = {"engine": "on this engine", "machine": "on this machine", "config": "with this configuration"}
 
-    def __init__(self, prediction_id: str, reason: str, control: dict[str, Any]) -> None:
-        super().__init__(f"{prediction_id} cannot be shown on this machine: {reason}")
-        self.prediction_id, self.reason, self.control = prediction_id, reason, control
+
+class CannotShowHere(Exception):  # a verdict the plugin turns into NOT APPLICABLE, not an error
+    """Raised by cannot_show(); the plugin records the test NOT APPLICABLE, the engine's, the machine's or the
+    configuration's reason (`whose`)."""
+
+    def __init__(
+        self, prediction_id: str, reason: str, control: dict[str, Any], whose: str = "machine"
+    ) -> None:
+        super().__init__(f"{prediction_id} cannot be shown {WHOSE[whose]}: {reason}")
+        self.prediction_id, self.reason, self.control, self.whose = prediction_id, reason, control, whose
 
 
 def _plain_values(values: dict[str, Any], where: Callable[[str], str]) -> dict[str, Any]:
@@ -108,19 +117,27 @@ def _plain_values(values: dict[str, Any], where: Callable[[str], str]) -> dict[s
     return out
 
 
-def cannot_show(prediction_id: str, reason: str, **control: Any) -> NoReturn:
-    """This machine cannot show `prediction_id` false: the falsifier's own sensitivity control found that the bug
-    the prediction is about would leave no trace here (FALSIFY-DET-001 where unpinned BLAS products give the same
-    bytes under any thread count). `control`: what the control measured, kept in the results. The plugin records
-    the test NOT APPLICABLE ("cannot be shown on this machine: <reason>"), and `falsify mutants` reports a mutant
-    that only such predictions kill as CANNOT SHOW, not SURVIVED. The test must be bound to that prediction alone
-    and may not have checked it yet: a falsifier cannot retreat from a check that failed."""
+def cannot_show(prediction_id: str, reason: str, *, whose: str = "machine", **control: Any) -> NoReturn:
+    """`prediction_id` cannot be shown false here: the falsifier's own sensitivity control found that the bug
+    the prediction is about would leave no trace. `whose` says why: "machine" (FALSIFY-DET-001 where unpinned BLAS
+    products give the same bytes under any thread count), "engine" (an engine that reuses no session state, where
+    no reuse can run past the common prefix; a server whose replies carry no token ids) or "config".
+    `control`: what the control measured, kept in the results. The plugin records the test NOT APPLICABLE
+    ("cannot be shown on this engine: <reason>"), and `falsify mutants` reports a mutant that only such
+    predictions kill as CANNOT SHOW, not SURVIVED. The test must be bound to that prediction alone and may not have
+    checked it yet: a falsifier cannot retreat from a check that failed."""
     __tracebackhide__ = True
     prediction(prediction_id)  # an unknown id is a ContractError
+    if whose not in WHOSE:
+        raise ContractError(
+            f"{prediction_id}: cannot_show whose={whose!r}: give one of {', '.join(map(repr, WHOSE))}"
+        )
     if not reason.strip():
-        raise ContractError(f"{prediction_id}: cannot_show needs the reason this machine cannot show it")
+        raise ContractError(
+            f"{prediction_id}: cannot_show needs the reason it cannot be shown {WHOSE[whose]}"
+        )
     values = _plain_values(control, lambda name: f"{prediction_id}: control value {name}")
-    raise CannotShowHere(prediction_id, " ".join(reason.split()), values)
+    raise CannotShowHere(prediction_id, " ".join(reason.split()), values, whose)
 
 
 def check(prediction_id: str, **observed: Any) -> None:

@@ -444,11 +444,15 @@ def _gate(
     if hypothesis:
         print(hypothesis)
     print(f"gate: PROVEN from {terminal_safe(proof_source)}")
+    shown = {r.id: r for r in rows}
     for pid, proof in proved.items():
         if proof.status is Proof.EXCUSED:
             print(f"gate: {pid} unproven because: {terminal_safe(proof.because)}")
         elif proof.status is Proof.CANNOT_SHOW:
-            print(f"gate: {pid} cannot be shown on this machine (the mutant run's sensitivity control)")
+            # the row's own words say whose reason it is: "cannot be shown on this engine: ..." or "machine"
+            print(
+                f"gate: {terminal_safe(_one_line(shown[pid].detail, 300))} (and the mutant run's CANNOT SHOW)"
+            )
     print(f"gate: JUnit XML in {out / 'junit.xml'}, results in {out / 'results.json'} (this run: {run_dir})")
     return 0 if ok and code == 0 and not ran.timed_out else 1
 
@@ -504,7 +508,7 @@ def render(rows: list[PredictionResult], proved: dict[str, PredictionProof] | No
                 r.id,
                 r.contract,
                 str(r.outcome),
-                proved[r.id].cell if proved and r.id in proved else "?",
+                _proven_cell(r, proved),
                 _tests_cell(r),
                 str(r.checks) + (f" ({r.vacuous} vacuous)" if r.vacuous else ""),
                 r.corners_cell,
@@ -514,6 +518,26 @@ def render(rows: list[PredictionResult], proved: dict[str, PredictionProof] | No
             for r in rows
         ],
     )
+
+
+def not_applicable(rows: list[PredictionResult], proved: dict[str, PredictionProof]) -> list[str]:
+    """Predictions NOT APPLICABLE in this run, for the engine's or the machine's reason, that no mutant run shows
+    proven or CANNOT SHOW: nothing of theirs ran that a mutant could turn red, so they are neither proven nor
+    UNPROVEN (issue #46: "23 proven, 16 UNPROVEN" where all 16 were n/a)."""
+    return [
+        r.id
+        for r in rows
+        if r.outcome is Outcome.NOT_APPLICABLE
+        and r.id in proved
+        and proved[r.id].status not in (Proof.PROVEN, Proof.CANNOT_SHOW)
+    ]
+
+
+def _proven_cell(r: PredictionResult, proved: dict[str, PredictionProof] | None) -> str:
+    """The PROVEN cell: "n/a" for a prediction NOT APPLICABLE in this run (never "NO")."""
+    if not proved or r.id not in proved:
+        return "?"
+    return "n/a" if r.id in not_applicable([r], proved) else proved[r.id].cell
 
 
 def failures(rows: list[PredictionResult], corpus: Corpus) -> str:
@@ -563,7 +587,7 @@ def verdict(
         and not counts[Outcome.NOT_RUN]
     )
     parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in Outcome)
-    proof = f"; {summary(proved)}" if proved else ""
+    proof = f"; {summary(proved, not_applicable=not_applicable(rows, proved))}" if proved else ""
     word = "PASS" if ok else "FAIL"
     return (
         f"gate: {word} — {len(corpus.contracts)} contracts, {len(rows)} predictions ({parts}){proof}; "

@@ -226,11 +226,11 @@ class FalsifyPlugin:
             for capability in needs if narrowed is None else [c for c in needs if c in narrowed]:
                 reason = self.engine().supports(capability)
                 if reason:
-                    reasons.setdefault(pid, []).append(f"needs {capability!r}: {reason}")
+                    reasons.setdefault(pid, []).append(f"needs {capability!r} (engine): {reason}")
             for oracle in prediction.oracles:
                 if not _importable(oracle):
                     reasons.setdefault(pid, []).append(
-                        f"needs oracle {oracle!r}: not installed (tox -e oracle runs it)"
+                        f"needs oracle {oracle!r} (machine): not installed here (tox -e oracle runs it)"
                     )
         if reasons:
             # Recorded here, by the plugin, from the engine's own answer: a test that skips itself with a message

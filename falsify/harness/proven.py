@@ -9,10 +9,11 @@ from the run itself or from its Stryker report, whose statusReason `falsify muta
     PROVEN        some mutant turned it red;
     UNPROVEN      none did (or none is listed): GO is refused unless the contract gives `unproven_because:`;
     EXCUSED       unproven, with the contract's reviewed `unproven_because:` shown beside it (whether or not a
-                  mutant run was made);
-    CANNOT SHOW   unproven because this machine cannot show it false: its falsifier's sensitivity control said so
-                  (falsify.cannot_show) and its mutants were reported CANNOT SHOW, not run (FALSIFY-DET-001 where
-                  BLAS gives the same bytes under any thread count);
+                  mutant run was made); a pack's reason only where the pack's own mutants are planted;
+    CANNOT SHOW   unproven because it cannot be shown false here: its falsifier's sensitivity control said so
+                  (falsify.cannot_show, with whose reason: the engine's or this machine's) and its mutants were
+                  reported CANNOT SHOW, not run (FALSIFY-DET-001 where BLAS gives the same bytes under any thread
+                  count);
     NOT MEASURED  no mutant run to judge by, or its report is stale: made on another engine (or on an engine it
                   does not record), or the mutated files changed since.
 """
@@ -68,6 +69,20 @@ def expected_killers(corpus: Corpus, prediction_id: str) -> tuple[str, ...]:
     return tuple(sorted(listed))
 
 
+def reviewed_reason(corpus: Corpus, prediction_id: str) -> str | None:
+    """The contract's `unproven_because:` where it applies to the engine under test, else None.
+
+    A project's own reason is its own. A pack's reason is about the engine the pack's `mutants:` are planted in,
+    falsify's reference (OAI-009: "the reference server keeps no prefix cache"): it applies only in a project that
+    holds one of those mutant files, never to an adopter's engine, whose prediction stays UNPROVEN until its own
+    mutant turns it red (issue #46)."""
+    p = corpus.predictions[prediction_id]
+    if not p.unproven_because or not is_pack_file(p.file):
+        return p.unproven_because
+    planted = {m for q in corpus.contract_of(prediction_id).predictions for m in q.mutants}
+    return p.unproven_because if planted & {m.id for m in corpus.mutants} else None
+
+
 def proofs(
     corpus: Corpus, red: Mapping[str, Iterable[str]] | None, cannot_show: Iterable[str] = ()
 ) -> dict[str, PredictionProof]:
@@ -79,19 +94,20 @@ def proofs(
         for pid in predictions:
             by_prediction.setdefault(pid, []).append(mutant)
     out = {}
-    for pid, p in corpus.predictions.items():
+    for pid in corpus.predictions:
         killers = tuple(sorted(by_prediction.get(pid, ())))
+        because = reviewed_reason(corpus, pid)
         if killers:
             status = Proof.PROVEN
         elif pid in machine:
             status = Proof.CANNOT_SHOW
-        elif p.unproven_because:
+        elif because:
             status = Proof.EXCUSED
         elif red is None:
             status = Proof.NOT_MEASURED
         else:
             status = Proof.UNPROVEN
-        out[pid] = PredictionProof(pid, status, expected_killers(corpus, pid), killers, p.unproven_because)
+        out[pid] = PredictionProof(pid, status, expected_killers(corpus, pid), killers, because)
     return out
 
 
@@ -105,25 +121,28 @@ def shown_here(proved: Mapping[str, PredictionProof], not_here: set[str]) -> dic
     }
 
 
-def summary(proved: Mapping[str, PredictionProof], among: Iterable[str] | None = None) -> str:
-    """ "31 proven, 2 excused, 8 unproven" over `among` (default: all), or "proven: not measured (...)"; with
-    predictions this machine cannot show false, "57 proven of 57 provable here, 1 cannot be shown on this
-    machine"."""
-    chosen = [proved[pid] for pid in (among if among is not None else proved)]
+def summary(proved: Mapping[str, PredictionProof], not_applicable: Iterable[str] = ()) -> str:
+    """ "31 proven, 2 unproven with a reviewed reason, 8 UNPROVEN", or "proven not measured (...)"; with
+    predictions that cannot be shown false here, "57 proven of 57 provable here, 1 cannot be shown here".
+    `not_applicable`: predictions NOT APPLICABLE to the engine or machine of the run: never counted as proven or
+    UNPROVEN (nothing ran that a mutant could turn red), only named as "16 not applicable" (issue #46)."""
+    skip = set(not_applicable)
+    chosen = [p for pid, p in proved.items() if pid not in skip]
+    n_a = f", {len(skip & set(proved))} not applicable" if skip & set(proved) else ""
     if chosen and all(p.status in (Proof.NOT_MEASURED, Proof.EXCUSED) for p in chosen):
-        return "proven not measured (no current mutant run)"
+        return f"proven not measured (no current mutant run){n_a}"
     counts = {s: sum(1 for p in chosen if p.status is s) for s in Proof}
     text = f"{counts[Proof.PROVEN]} proven"
     if counts[Proof.CANNOT_SHOW]:
         text += (
             f" of {len(chosen) - counts[Proof.CANNOT_SHOW]} provable here, {counts[Proof.CANNOT_SHOW]} cannot "
-            "be shown on this machine"
+            "be shown here"
         )
     if counts[Proof.EXCUSED]:
         text += f", {counts[Proof.EXCUSED]} unproven with a reviewed reason"
     if counts[Proof.UNPROVEN]:
         text += f", {counts[Proof.UNPROVEN]} UNPROVEN"
-    return text
+    return text + n_a
 
 
 def red_from_stryker(report: Mapping[str, Any]) -> dict[str, set[str]]:
@@ -142,17 +161,21 @@ def red_from_stryker(report: Mapping[str, Any]) -> dict[str, set[str]]:
     return red
 
 
-CANNOT_SHOW_REASON = "cannot be shown on this machine: "  # a CANNOT SHOW mutant's statusReason starts so
+# A CANNOT SHOW mutant's statusReason starts so; the lines below it say whose reason each is (the engine's, this
+# machine's or the configuration's). Reports written before issue #46 said "on this machine" for every reason.
+CANNOT_SHOW_REASON = "cannot be shown here: "
+CANNOT_SHOW_REASONS = (CANNOT_SHOW_REASON, "cannot be shown on this machine: ")
 
 
 def cannot_show_from_stryker(report: Mapping[str, Any]) -> set[str]:
-    """Predictions of the report's CANNOT SHOW mutants, from statusReason "cannot be shown on this machine: P1, P2"."""
+    """Predictions of the report's CANNOT SHOW mutants, from statusReason "cannot be shown here: P1, P2"."""
     out: set[str] = set()
     for entry in (report.get("files") or {}).values():
         for m in entry.get("mutants", []) or []:
             first = str(m.get("statusReason", "")).split("\n", 1)[0]
-            if m.get("status") == "Ignored" and first.startswith(CANNOT_SHOW_REASON):
-                names = first[len(CANNOT_SHOW_REASON) :].split(";", 1)[0].split(",")
+            prefix = next((p for p in CANNOT_SHOW_REASONS if first.startswith(p)), None)
+            if m.get("status") == "Ignored" and prefix is not None:
+                names = first[len(prefix) :].split(";", 1)[0].split(",")
                 out |= {n.strip() for n in names if n.strip().startswith("FALSIFY-")}
     return out
 

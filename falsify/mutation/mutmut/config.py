@@ -306,7 +306,7 @@ def render_baseline(run: MutmutRun, baseline: Baseline) -> str:
 
 def read_config(project: Project) -> MutmutConfig:
     """[tool.falsify.mutmut] from pyproject.toml, with defaults; a bad value is a one-line MutmutError."""
-    path = project.root / "pyproject.toml"
+    path = project.pyproject
     try:
         table_ = subtable(read_toml(path), path, "tool", "falsify", "mutmut") or {}
     except ProjectError as exc:

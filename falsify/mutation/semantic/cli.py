@@ -18,17 +18,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from falsify.contracts.corpus import Corpus
 from falsify.contracts.lint import EXIT_EMPTY
+from falsify.contracts.packs import pack_dir
 from falsify.engines.loading import check_engine, engine_forms, resolve_engine
-from falsify.errors import Problem
+from falsify.errors import FalsifyError, Problem
+from falsify.harness.results import Outcome, load_results, per_prediction
 from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
 from falsify.mutation.semantic.matching import field_line
-from falsify.mutation.semantic.runner import SCOPES, Runner, Settings, load
+from falsify.mutation.semantic.runner import SCOPES, Run, Runner, Settings, load
 from falsify.mutation.semantic.spec import preflight
+from falsify.project import Project, find_project
 from falsify.subcommand import add_subcommand, jobs, seconds
 
 HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
@@ -37,6 +42,13 @@ HELP = "apply each semantic mutant in a scratch copy; every one must be killed"
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, "mutants", HELP, __doc__)
     p.add_argument("ids", nargs="*", help="mutant ids to run (default: every file in the mutants directory)")
+    p.add_argument(
+        "--pack",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also use the built-in contract pack NAME, as `gate --pack` does (repeatable; `falsify packs` lists them)",
+    )
     p.add_argument(
         "--engine",
         help=engine_forms(),
@@ -95,8 +107,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     stryker.add_out_option(p, Path(".falsify/mutants"))
 
 
+GATE_RESULTS = Path(".falsify/gate/results.json")  # the latest `falsify gate` run's (its default --out)
+
+
+def not_applicable(project: Project, corpus: Corpus, engine: str, run: Run) -> list[str]:
+    """Predictions NOT APPLICABLE to this engine, counted apart from proven and UNPROVEN (issue #46): as the
+    control run found them, and, for those the control did not run (no mutant lists them), as the latest
+    `falsify gate` on the same engine found them (.falsify/gate/results.json). A gate run on another engine, or
+    none, says nothing: those predictions stay UNPROVEN."""
+    found = {r.id: r.outcome for r in (run.control.rows if run.control else [])}
+    path = project.root / GATE_RESULTS
+    if path.is_file():
+        try:
+            gate = load_results(path)
+        except FalsifyError:  # a results file that cannot be read judges nothing here
+            gate = {}
+        if gate.get("engine") == engine:
+            for r in per_prediction(corpus, gate):
+                found.setdefault(r.id, r.outcome)
+    shown = report.cannot_show(run)  # counted as CANNOT SHOW, by its mutants' rows
+    return [pid for pid, outcome in found.items() if outcome is Outcome.NOT_APPLICABLE and pid not in shown]
+
+
 def run(args: argparse.Namespace) -> int:
-    project, corpus, problems = load()
+    project = find_project()
+    if args.pack:  # run with the project's packs, as `gate --pack` does: its mutants may kill their predictions
+        for name in args.pack:
+            pack_dir(name)  # an unknown name is a PackError (exit 2) naming the installed ones
+        project = replace(project, packs=tuple(dict.fromkeys([*project.packs, *args.pack])))
+    project, corpus, problems = load(project)
     if problems:
         print("\n".join(problems))
         print(f"mutants: FAIL — lint found {len(problems)} error(s); no mutant was run")
@@ -150,13 +189,10 @@ def run(args: argparse.Namespace) -> int:
         print(report.diffs(result.results))
     out = args.out if args.out.is_absolute() else project.root / args.out
     json_path, html_path = report.write(result, out)
-    summary, ok = report.verdict(result)
-    partly = [r.mutant.id for r in result.results if r.partly]
-    if partly and not args.lenient:
-        ok = False
-        summary = summary.replace("mutants: PASS", "mutants: FAIL (kill lists enforced; --lenient to accept)")
+    n_a = not_applicable(project, corpus, engine, result)
+    summary, ok = report.verdict(result, lenient=args.lenient, not_applicable=n_a)
     print()
-    print(report.proof_lines(result))
+    print(report.proof_lines(result, n_a))
     print()
     print(summary)
     print(f"mutants: report in {json_path} and {html_path}")

@@ -4,6 +4,7 @@ with its denominators, and the Stryker-schema report with its HTML page."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ STRYKER_STATUS = {
     MutantOutcome.TIMEOUT: "Timeout",
     MutantOutcome.STALE: "Ignored",  # the source drifted: the mutant was not applied
     MutantOutcome.ERROR: "RuntimeError",
-    MutantOutcome.CANNOT_SHOW: "Ignored",  # statusReason: "cannot be shown on this machine: P1, P2"
+    MutantOutcome.CANNOT_SHOW: "Ignored",  # statusReason: "cannot be shown here: P1, P2", then whose reason
 }
 
 # Kill matrix cells.
@@ -31,6 +32,16 @@ LEGEND = (
     "X killed, as its file says; ! listed in `kills` but stayed green (or was not reached); x red though not "
     "listed; . ran and held; blank: not run"
 )
+
+
+PARTLY = "PARTLY KILLED"  # killed, but not by every prediction its file lists in `kills`
+
+
+def outcome_word(r: MutantResult) -> str:
+    """A mutant's outcome as the table, the matrix and the progress lines say it: KILLED only when every listed
+    prediction went red; one that turned only part of its `kills` red is PARTLY KILLED (issue #46: it showed
+    KILLED while the run was FAIL for it)."""
+    return PARTLY if r.partly else str(r.outcome)
 
 
 def render_rows(run: Run) -> str:
@@ -48,7 +59,7 @@ def render_rows(run: Run) -> str:
         rows.append(
             [
                 r.mutant.id,
-                str(r.outcome),
+                outcome_word(r),
                 f"{r.mutant.op} in {r.mutant.file}:{r.span.line if r.span else '?'}",
                 str(len(r.tests)),
                 f"{r.seconds:.1f}s",
@@ -84,7 +95,7 @@ def kill_matrix(run: Run) -> str:
             else:
                 cells.append("")
         rows.append([pid, *cells])
-    legend = "\n".join(f"  M{i} = {r.mutant.id} ({r.outcome})" for i, r in enumerate(results, 1))
+    legend = "\n".join(f"  M{i} = {r.mutant.id} ({outcome_word(r)})" for i, r in enumerate(results, 1))
     return f"{table(header, rows)}\n{legend}\n  {LEGEND}"
 
 
@@ -101,10 +112,13 @@ def cannot_show(run: Run) -> set[str]:
     return {p for r in run.results if r.outcome is MutantOutcome.CANNOT_SHOW for p in r.mutant.kills}
 
 
-def proof_lines(run: Run) -> str:
-    """Which predictions this run proved able to fail, with the unproven ones named."""
+def proof_lines(run: Run, not_applicable: Iterable[str] = ()) -> str:
+    """Which predictions this run proved able to fail, with the unproven ones named; those in `not_applicable`
+    (NOT APPLICABLE to the engine) are counted apart, never UNPROVEN."""
+    skip = set(not_applicable)
     proved = proofs(run.corpus, red_by_mutant(run), cannot_show(run))
-    lines = [f"mutants: {len(proved)} predictions: {proof_summary(proved)} by this run"]
+    lines = [f"mutants: {len(proved)} predictions: {proof_summary(proved, skip)} by this run"]
+    proved = {pid: p for pid, p in proved.items() if pid not in skip}
     ran = {r.mutant.id for r in run.results}
     elsewhere = [
         pid
@@ -124,11 +138,16 @@ def proof_lines(run: Run) -> str:
         elif proof.status is Proof.EXCUSED:
             lines.append(f"  unproven {pid} (reviewed): {proof.because}")
         elif proof.status is Proof.CANNOT_SHOW:
-            lines.append(f"  {pid} cannot be shown on this machine (see its mutants' rows)")
+            lines.append(
+                f"  {pid} cannot be shown here (its mutants' rows say whose reason: the engine's or the machine's)"
+            )
     return "\n".join(lines)
 
 
-def verdict(run: Run) -> tuple[str, bool]:
+def verdict(run: Run, lenient: bool = False, not_applicable: Iterable[str] = ()) -> tuple[str, bool]:
+    """The run's verdict line. A PARTLY KILLED mutant fails the run unless `lenient` (falsify mutants --lenient),
+    and is counted apart from the killed ones either way; `not_applicable`: predictions NOT APPLICABLE to the
+    engine, counted apart from proven and UNPROVEN."""
     if run.control is None or not run.control.ok:
         return "mutants: FAIL — the control run is not green, so no mutant was judged", False
     counts = Counter(r.outcome for r in run.results)
@@ -138,21 +157,33 @@ def verdict(run: Run) -> tuple[str, bool]:
     # A timeout counts as detected beside kills (as Stryker counts it), never alone: a run whose mutants all
     # timed out (--timeout 0.01) showed no prediction red, and is no pass.
     ok = n > 0 and not any(counts[o] for o in FAILING) and (killed > 0 or not timeouts)
+    ok = ok and (lenient or not partly)
     judged = n - counts[MutantOutcome.STALE] - counts[MutantOutcome.ERROR] - counts[MutantOutcome.CANNOT_SHOW]
     shown = [
         o for o in MutantOutcome if o is not MutantOutcome.CANNOT_SHOW or counts[o]
     ]  # that one only when seen
-    parts = ", ".join(f"{counts[o]} {o.value.lower()}" for o in shown)
+    counts[MutantOutcome.KILLED] -= partly
+    parts = ", ".join(
+        f"{counts[o]} {o.value.lower()}" + (f", {partly} partly killed" if o is MutantOutcome.KILLED else "")
+        for o in shown
+    )
     note = f" ({partly} not by every listed prediction)" if partly else ""
+    if partly and lenient:
+        note += ", accepted (--lenient)"
+    if not lenient:
+        killed -= partly
     if timeouts:
         note += f"; {timeouts} of {judged} applied timed out ({run_timeout(run)}): a timeout is not a kill"
         if not killed:
             note += ", and no mutant was killed"
+    word = "PASS" if ok else "FAIL"
+    if partly and not lenient and not any(counts[o] for o in FAILING):
+        word = "FAIL (kill lists enforced; --lenient to accept)"
+    proved = proofs(run.corpus, red_by_mutant(run), cannot_show(run))
     return (
-        f"mutants: {'PASS' if ok else 'FAIL'} — {n} mutants: {parts}{note}; killed {killed} of {judged} "
+        f"mutants: {word} — {n} mutants: {parts}{note}; killed {killed} of {judged} "
         f"applied; {control_text(run)}; {run.jobs} workers, {run.wall:.1f} s wall, scope {run.settings.scope}; "
-        f"{len(run.corpus.predictions)} predictions: "
-        f"{proof_summary(proofs(run.corpus, red_by_mutant(run), cannot_show(run)))}"
+        f"{len(run.corpus.predictions)} predictions: {proof_summary(proved, not_applicable)}"
     ), ok
 
 

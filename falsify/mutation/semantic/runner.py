@@ -157,6 +157,7 @@ class Runner:
             plugins=["falsify.mutation.semantic.probe"],
             extra=["--tb=line", "-o", "addopts="],
             rootdir=tree,  # the copy is the project (its pyproject names the packs), whatever the run names
+            packs=self.project.packs,  # and `falsify mutants --pack NAME`'s, which its pyproject does not name
         )
         env = os.environ.copy()
         # The copy's packages must win over any editable install of the working tree: cwd and PYTHONPATH both
@@ -561,9 +562,9 @@ class Runner:
 
 
 def progress_line(r: MutantResult) -> str:
-    text = f"{r.mutant.id}: {r.outcome}"
-    if r.outcome is MutantOutcome.CANNOT_SHOW:
-        return f"{text} — {r.detail.splitlines()[0]}"
+    text = f"{r.mutant.id}: {'PARTLY KILLED' if r.partly else r.outcome}"
+    if r.outcome is MutantOutcome.CANNOT_SHOW:  # the lines below the first say whose reason each is
+        return f"{text} — {'; '.join(r.detail.splitlines())[:300]}"
     if r.seconds:
         text += f" in {r.seconds:.1f} s" + (f" (CPU {r.cpu:.1f} s)" if r.cpu is not None else "")
     if r.outcome is MutantOutcome.KILLED:

@@ -75,7 +75,9 @@ def tokens_of(choice: dict[str, Any], pid: str) -> list[Any]:
     if isinstance(logprobs.get("tokens"), list):
         return list(logprobs["tokens"])
     falsify.cannot_show(
-        pid, f"the reply carries neither token ids nor logprob entries (asked for): {choice!r:.200}"
+        pid,
+        f"the reply carries neither token ids nor logprob entries (asked for): {choice!r:.200}",
+        whose="engine",
     )
 
 
@@ -101,7 +103,10 @@ def test_a_cut_to_one_candidate_samples_the_greedy_reply(engine: Any, cut: str) 
         )
         if status != 200:
             falsify.cannot_show(
-                "FALSIFY-OAI-011", f"the server refused a request with {fields} ({status})", cut=cut
+                "FALSIFY-OAI-011",
+                f"the server refused a request with {fields} ({status})",
+                cut=cut,
+                whose="engine",
             )
         return tokens_of(choice_of(reply), "FALSIFY-OAI-011")
 
@@ -110,6 +115,7 @@ def test_a_cut_to_one_candidate_samples_the_greedy_reply(engine: Any, cut: str) 
             "FALSIFY-OAI-011",
             f"at temperature 1 without a cut, seeds {SEEDS} gave the greedy reply too: a cut cannot be told from none",
             cut=cut,
+            whose="engine",
         )
     for seed in SEEDS:
         falsify.check(
@@ -128,7 +134,9 @@ def test_logprobs_are_a_distribution_led_by_the_greedy_token(engine: Any) -> Non
     assert status == 200, f"POST /v1/chat/completions answered {status}"
     content = (choice_of(reply).get("logprobs") or {}).get("content")
     if not isinstance(content, list) or not content:
-        falsify.cannot_show("FALSIFY-OAI-012", "the chat reply carries no logprobs.content (asked for)")
+        falsify.cannot_show(
+            "FALSIFY-OAI-012", "the chat reply carries no logprobs.content (asked for)", whose="engine"
+        )
     descending, chosen_first, worst_lp, mass = True, True, -math.inf, 0.0
     for entry in content:
         top = entry["top_logprobs"]
@@ -166,7 +174,9 @@ def test_usage_counts_the_prompt_and_adds_up(engine: Any, max_tokens: int) -> No
     if not isinstance(usage, dict) or not all(
         isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
     ):
-        falsify.cannot_show("FALSIFY-OAI-013", f"the reply's usage is not three token counts: {usage!r:.200}")
+        falsify.cannot_show(
+            "FALSIFY-OAI-013", f"the reply's usage is not three token counts: {usage!r:.200}", whose="engine"
+        )
     falsify.check(
         "FALSIFY-OAI-013",
         usage_prompt_tokens=usage["prompt_tokens"],

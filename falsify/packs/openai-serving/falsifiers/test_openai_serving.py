@@ -192,6 +192,7 @@ def test_a_client_hung_up_during_prompt_processing_frees_the_slot(engine: Any) -
             "request at a time), so a hang-up cannot be told from its absence",
             queued_ttft=statistics.median(queued),
             idle_ttft=idle,
+            whose="engine",
         )
     falsify.check(
         "FALSIFY-OAI-003",
@@ -263,6 +264,7 @@ def test_usage_counts_the_reply(engine: Any, case: str, stream: bool) -> None:
             "the reply carries neither token ids nor logprob entries (asked for): the client cannot count its tokens",
             stream=stream,
             case=case,
+            whose="engine",
         )
     if reply.completion_tokens is None:
         falsify.cannot_show(
@@ -270,6 +272,7 @@ def test_usage_counts_the_reply(engine: Any, case: str, stream: bool) -> None:
             "the server's reply carries no usage.completion_tokens",
             stream=stream,
             case=case,
+            whose="engine",
         )
     falsify.check(
         "FALSIFY-OAI-005",

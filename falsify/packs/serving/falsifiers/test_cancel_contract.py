@@ -374,6 +374,7 @@ def test_a_run_reuses_only_the_prefix_its_prompt_shares_with_the_session(engine:
             f"the engine started each of {len(controls)} runs whose prompt extends what the session held at "
             "position 0: it reuses none of a session's state, so none can be reused past the common prefix",
             starts=[c["start"] for c in controls],
+            whose="engine",
         )
     for case in HISTORIES:
         falsify.check("FALSIFY-SERVE-CANCEL-012", **run_after(engine, model, *case))
