@@ -131,3 +131,37 @@ def test_schemas_ship_inside_the_package() -> None:
         and path.parent.parent.name == "contracts"
         and path.parent.parent.parent.name == "falsify"
     )
+
+
+def test_a_project_without_pyproject_is_configured_by_falsify_toml(tmp_path: Path) -> None:
+    """Issue #46: an engine in C has no pyproject.toml; falsify.toml holds the same [tool.falsify] table. The search
+    stops at the first directory with either file; the table in both is an error naming both, and a
+    pyproject.toml without the table defers to a falsify.toml beside it."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "falsify.toml").write_text(
+        '[tool.falsify]\nengine = "exec:build/tinyc"\npacks = ["serving"]\n[tool.falsify.gate]\ntest_timeout = 60\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "sub").mkdir()
+    project = find_project(tmp_path / "sub")
+    assert (project.root, project.engine, project.packs) == (
+        tmp_path.resolve(),
+        "exec:build/tinyc",
+        ("serving",),
+    )
+    assert project.pyproject == tmp_path.resolve() / "falsify.toml"  # where the sub-tables are read from too
+    from falsify.harness.gate import timeouts
+
+    assert timeouts(project, None, None)[0] == 60
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "c-engine"\n', encoding="utf-8")
+    assert find_project(tmp_path).pyproject.name == "falsify.toml"
+    (tmp_path / "pyproject.toml").write_text('[tool.falsify]\nengine = "m:f"\n', encoding="utf-8")
+    with pytest.raises(ProjectError, match=r"\[tool.falsify\] in both pyproject.toml and falsify.toml"):
+        find_project(tmp_path)
+    (tmp_path / "pyproject.toml").unlink()
+    (tmp_path / "falsify.toml").write_text("[other]\nx = 1\n", encoding="utf-8")
+    with pytest.raises(ProjectError, match=r"falsify.toml has no \[tool.falsify\] table"):
+        find_project(tmp_path)
+    (tmp_path / "falsify.toml").unlink()
+    with pytest.raises(ProjectError, match=r"no pyproject\.toml or falsify\.toml with"):
+        find_project(tmp_path)

@@ -131,7 +131,9 @@ def not_applicable(project: Project, corpus: Corpus, engine: str, run: Run) -> l
 
 def run(args: argparse.Namespace) -> int:
     project = find_project()
-    if args.pack:  # run with the project's packs, as `gate --pack` does: its mutants may kill their predictions
+    if (
+        args.pack
+    ):  # run with the project's packs, as `gate --pack` does: its mutants may kill their predictions
         for name in args.pack:
             pack_dir(name)  # an unknown name is a PackError (exit 2) naming the installed ones
         project = replace(project, packs=tuple(dict.fromkeys([*project.packs, *args.pack])))

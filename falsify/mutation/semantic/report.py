@@ -164,7 +164,8 @@ def verdict(run: Run, lenient: bool = False, not_applicable: Iterable[str] = ())
     ]  # that one only when seen
     counts[MutantOutcome.KILLED] -= partly
     parts = ", ".join(
-        f"{counts[o]} {o.value.lower()}" + (f", {partly} partly killed" if o is MutantOutcome.KILLED else "")
+        f"{counts[o]} {o.value.lower()}"
+        + (f", {partly} partly killed" if o is MutantOutcome.KILLED and partly else "")
         for o in shown
     )
     note = f" ({partly} not by every listed prediction)" if partly else ""
