@@ -21,7 +21,7 @@ from pathlib import Path
 
 from falsify import __version__
 from falsify.errors import FalsifyError, terminal_safe
-from falsify.project import Project, find_project
+from falsify.project import Project, find_project, find_project_or_none
 from falsify.subcommand import add_subcommand, seconds
 
 # name -> module; modules are imported only when their command runs, so one broken part cannot break the rest.
@@ -299,13 +299,17 @@ def add_engine(sub: argparse._SubParsersAction) -> None:
 
 
 def run_engine(args: argparse.Namespace) -> int:
-    from falsify.engines.loading import EngineError, conformance, load_engine, resolve_engine
+    from falsify.engines.loading import ENV, EngineError, conformance, load_engine, resolve_engine
     from falsify.engines.protocol import CAPABILITIES
     from falsify.table import table
 
-    project = find_project()
-    spec = resolve_engine(args.engine, project.engine, f"[tool.falsify] in {project.pyproject}")
-    engine = load_engine(spec, project.import_roots)
+    # An engine named by --engine (or FALSIFY_ENGINE) is checked anywhere: a C engine's directory needs no
+    # project to be checked (issue #46); its modules import from the working directory.
+    named = args.engine or os.environ.get(ENV)
+    project = find_project_or_none() if named else find_project()
+    where = f"[tool.falsify] in {project.pyproject}" if project else "[tool.falsify]"
+    spec = resolve_engine(args.engine, project.engine if project else None, where)
+    engine = load_engine(spec, project.import_roots if project else (Path.cwd(),))
     rows = conformance(engine)
     print(
         table(

@@ -143,6 +143,15 @@ def probes(engine: Any) -> list[Probe]:
         b_after = b.to_bytes()
         model.forward(np.asarray([5, 6]), a)
         assert b.to_bytes() == b_after, "advancing the original changed the copy's bytes"
+        # The bytes are the state's content only (§4.11): another handle fed the same tokens the same way holds
+        # equal bytes, and one more token changes them.
+        c = model.new_state()
+        model.forward(np.asarray([1, 2, 3]), c)
+        assert c.to_bytes() == a_bytes, (
+            "two states fed [1, 2, 3] alike serialise differently (a handle, page id?)"
+        )
+        assert b_after != a_bytes, "a state that consumed one more token serialises as before"
+        c.release()
         _refused(lambda: model.forward(np.asarray([vocab]), a), "forward with a token id of vocab_size")
         b.release()
         _error(lambda: b.to_bytes(), ErrorCode.UNKNOWN_HANDLE, "state_bytes on a released state")
@@ -160,6 +169,10 @@ def probes(engine: Any) -> list[Probe]:
         resumed.run()
         _refused(
             lambda: engine.prefill(model, model.new_state(), prompt, marks=[len(prompt)]), "a mark at the end"
+        )
+        # a bad token id is refused at prefill_open or at the step whose chunk holds it, before that forward
+        _refused(
+            lambda: engine.prefill(model, model.new_state(), [1, vocab]).run(), "a prompt id of vocab_size"
         )
         for k in pf.kept:
             k.state.release()
@@ -210,6 +223,12 @@ def probes(engine: Any) -> list[Probe]:
         host.leave(a)
         host.leave(b)
         host.release()
+        # every size null: the engine's defaults (§4.14) take a short run
+        plain = engine.lane_host(model)
+        c = plain.submit([1, 2, 3], 2)
+        plain.run()
+        assert len(plain.tokens(c)) == 2, "a lane host with the engine's default sizes runs a 2-token stream"
+        plain.release()
 
     def sample() -> None:
         sampler = engine.sampler(temperature=1.0, top_k=2, seed=0)
