@@ -62,9 +62,16 @@ def describe(name: str) -> dict[str, str]:
 
 @cache
 def _prediction_ids(name: str) -> frozenset[str]:
-    from falsify.contracts.corpus import load_corpus
+    """The prediction ids of an installed pack's contracts (package data falsify ships, read as plain YAML: the
+    corpus loader imports this module)."""
+    import yaml
 
-    return frozenset(p.id for c in load_corpus([contracts_dir(name)]).contracts for p in c.predictions)
+    ids: set[str] = set()
+    for path in sorted(contracts_dir(name).glob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        predictions = data.get("predictions", []) if isinstance(data, dict) else []
+        ids |= {str(p["id"]) for p in predictions if isinstance(p, dict) and "id" in p}
+    return frozenset(ids)
 
 
 def packs_defining(ids: Iterable[str]) -> list[str]:
