@@ -68,12 +68,18 @@ def tree_env(root: Path) -> dict[str, str]:
     return env
 
 
-def one_run(engine: str, seed: int | None, root: Path = ROOT) -> dict[str, Any]:
+def one_run(
+    engine: str,
+    seed: int | None,
+    root: Path = ROOT,
+    gate_args: tuple[str, ...] = (),
+    pytest_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """One gate; `gate_args` go to `falsify gate` (`--pack serving`), `pytest_args` to its pytest (`-k ...`)."""
     env = tree_env(root)
     with tempfile.TemporaryDirectory(prefix="falsify-gate-bench-") as out:
-        cmd = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", out]
-        if seed is not None:
-            cmd += ["--", f"--hypothesis-seed={seed}"]
+        cmd = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", out, *gate_args]
+        cmd += ["--", *pytest_args] + ([f"--hypothesis-seed={seed}"] if seed is not None else [])
         load_before = os.getloadavg()
         cpu, wall = children_cpu(), time.monotonic()
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
@@ -90,6 +96,7 @@ def one_run(engine: str, seed: int | None, root: Path = ROOT) -> dict[str, Any]:
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in load_after],
         "verdict": verdict if proc.returncode == 0 else (proc.stdout + proc.stderr)[-2000:],
+        "verdict_line": verdict,
         "hypothesis": drawn,
     }
 
