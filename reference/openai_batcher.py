@@ -113,8 +113,17 @@ class Job:
 class Batcher:
     """The scheduler thread over one LaneHost (`slots` lanes)."""
 
-    def __init__(self, model: Any, slots: int = 4, chunk_cap: int | None = None, pages: int = 4096) -> None:
+    def __init__(
+        self,
+        model: Any,
+        slots: int = 4,
+        chunk_cap: int | None = None,
+        pages: int = 4096,
+        vocab: int | None = None,
+    ) -> None:
         self.model = model
+        # the ids served: the model's, or its first `vocab` (another vocabulary for the pack to learn; issue #47)
+        self.vocab = int(model.config.vocab_size) if vocab is None else vocab
         self.host = LaneHost(model, chunk_cap=chunk_cap, pages=pages, max_streams=slots)
         self.slots = slots
         self._waiting: deque[Job] = deque()
@@ -194,6 +203,8 @@ class Batcher:
                 self._finish(stream)
 
     def _sample(self, job: Job, logits: np.ndarray) -> int:  # [vocab] -> token id
+        if self.vocab < logits.shape[-1]:
+            logits = np.where(np.arange(logits.shape[-1]) < self.vocab, logits, -np.inf)
         self._rows.append(logits)
         row = self._rows[-1]  # this stream's row of the round's batch
         token = int(job.sampler(row))

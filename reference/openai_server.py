@@ -298,8 +298,7 @@ class _Handler(GuardedHandler):
             body = json.loads(self.body() or b"null")
             if not isinstance(body, dict):
                 raise BadRequest("the body must be a JSON object")
-            model = self.server.batcher.model
-            job = job_of(body, chat, int(model.config.vocab_size))
+            job = job_of(body, chat, self.server.batcher.vocab)
             stops = _stops(body)
             job.watch = self._closed
             self.server.batcher.add(job)
@@ -417,12 +416,14 @@ class _Handler(GuardedHandler):
         return choice
 
 
-def serve(port: int, slots: int = 4, chunk: int | None = None, announce: Any = None) -> None:
+def serve(
+    port: int, slots: int = 4, chunk: int | None = None, announce: Any = None, vocab: int | None = None
+) -> None:
     from reference.model import load_model
     from reference.tiny import tiny_model
 
     model = load_model(tiny_model(seed=0), weights="f32")
-    server = _Server(port, Batcher(model, slots=slots, chunk_cap=chunk))
+    server = _Server(port, Batcher(model, slots=slots, chunk_cap=chunk, vocab=vocab))
     print(
         f"reference.serve --openai: listening on http://127.0.0.1:{server.server_address[1]} "
         f"({slots} slots, model {MODEL_ID})",
@@ -447,11 +448,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--chunk", type=int, default=None, help="prefill chunk cap in tokens (default: the model's)"
     )
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="serve only the first N token ids (another vocabulary: prompts past it are refused, replies never "
+        "reach it); default the model's",
+    )
     args = parser.parse_args(argv)
     if args.slots < 1:
         parser.error(f"--slots must be >= 1, got {args.slots}")
+    if args.vocab is not None and not 259 <= args.vocab <= 512:
+        parser.error(
+            f"--vocab must hold the byte tokens and at most the model's 512 ids (259..512), got {args.vocab}"
+        )
     try:
-        serve(args.port, args.slots, args.chunk)
+        serve(args.port, args.slots, args.chunk, vocab=args.vocab)
     except KeyboardInterrupt:
         return 0
     return 0

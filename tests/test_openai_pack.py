@@ -77,10 +77,12 @@ def outcomes(stdout: str) -> dict[str, str]:
 
 
 ONE_SLOT = {f"FALSIFY-OAI-{i:03d}": "PASS" for i in (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14)} | {
-    "FALSIFY-OAI-008": "NOT APPLICABLE"
+    f"FALSIFY-OAI-{i:03d}": "NOT APPLICABLE" for i in (8, 15, 16)
 }
-FOUR_SLOTS = {f"FALSIFY-OAI-{i:03d}": "PASS" for i in (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)} | {
-    f"FALSIFY-OAI-{i:03d}": "NOT APPLICABLE" for i in (1, 2, 3)
+# Four slots: a probe does not wait for a hung-up request, so the server's own counters and gauge judge the
+# hang-ups (OAI-002, 015, 016); the probe's wait (OAI-001, 003) needs one slot.
+FOUR_SLOTS = {f"FALSIFY-OAI-{i:03d}": "PASS" for i in (2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)} | {
+    f"FALSIFY-OAI-{i:03d}": "NOT APPLICABLE" for i in (1, 3)
 }
 
 
@@ -98,7 +100,7 @@ def test_the_gate_is_green_on_the_reference_server(
 
 
 def test_each_reference_server_mutant_turns_its_predictions_red(tmp_path: Path) -> None:
-    assert len(MUTANTS) == 18, MUTANTS
+    assert len(MUTANTS) == 22, MUTANTS
     cmd = [
         sys.executable,
         "-m",

@@ -205,7 +205,7 @@ def test_end_of_generation_stops_the_reply() -> None:
     from reference.openai_batcher import Batcher, Job
 
     batcher = Batcher.__new__(Batcher)  # _sample alone: no scheduler thread
-    batcher.tokens_predicted, batcher._rows = 0, []
+    batcher.tokens_predicted, batcher._rows, batcher.vocab = 0, [], 512
     job = Job(prompt=[1], max_tokens=4)
     job.sampler = lambda row: EOS
     assert batcher._sample(job, np.zeros(512, np.float32)) == EOS
@@ -318,3 +318,51 @@ def test_the_openai_engine_refuses_anything_but_the_loopback(spec: str) -> None:
 
     with pytest.raises(EngineError, match=r"loopback only|names no command"):
         load_engine(spec)
+
+
+def test_the_engine_learns_a_smaller_vocabulary_and_the_pieces_of_a_reply(server: Any) -> None:
+    """Issue #47: the pack's prompts and stop strings come from the server, not the tiny GGUF. The reference with
+    its own 512 ids keeps [259, 512) (one request: id 511 is taken); with --vocab 300 the engine finds 300 by
+    halving, draws prompts from [150, 300), and measures the topology (a prompt id of 511 was refused with 400,
+    and the gate exited 2 before any prediction ran). A reply's pieces are its tokens' text."""
+    from falsify.engines.adapters.openai import OpenAIEngine
+    from reference.openai_server import serve
+
+    full = OpenAIEngine(f"openai+http://127.0.0.1:{server.server_address[1]}")
+    model = full.served()
+    assert (model.low, model.high, model.vocab, model.context) == (259, 512, None, None), model
+    reply = full.complete(full.prompt(4000, 12), 12, logprobs=1)
+    pieces = full.pieces(reply)
+    assert pieces is not None and "".join(pieces) == reply.text and len(pieces) == len(reply.logprobs or ())
+
+    box: list[Any] = []
+    ready = threading.Event()
+
+    def announce(small: Any) -> None:
+        box.append(small)
+        ready.set()
+
+    thread = threading.Thread(
+        target=serve, args=(0, 2), kwargs={"announce": announce, "vocab": 300}, daemon=True
+    )
+    thread.start()
+    assert ready.wait(120), "the server did not start"
+    try:
+        engine = OpenAIEngine(f"openai+http://127.0.0.1:{box[0].server_address[1]}")
+        model = engine.served()
+        assert (model.low, model.high, model.vocab) == (150, 300, 300), model
+        assert "a vocabulary of 300" in model.detail, model.detail
+        ids = engine.prompt(7, 64)
+        assert all(150 <= t < 300 for t in ids) and engine.prompt(7, 64) == ids
+        reply = engine.complete(ids, 24, logprobs=1)
+        assert all(t < 300 for t in reply.token_ids or ()), reply.token_ids  # replies never reach past it
+        assert engine.supports("parallel_slots") is None, engine.concurrency()
+    finally:
+        box[0].shutdown()
+
+
+def test_the_vocabulary_option_is_bounded(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("258", "513"):
+        with pytest.raises(SystemExit) as exc:
+            main(["--port", "0", "--vocab", bad])
+        assert exc.value.code == 2 and "--vocab must hold the byte tokens" in capsys.readouterr().err

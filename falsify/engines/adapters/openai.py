@@ -39,6 +39,7 @@ from typing import IO, Any, TypeVar
 from urllib.parse import urlsplit
 
 from falsify.engines import process_tree
+from falsify.engines.adapters import openai_model
 from falsify.engines.adapters.openai_replies import (
     REQUEST_TIMEOUT,
     Completion,
@@ -70,17 +71,12 @@ CONCURRENCY_MIN_TOKENS = (
 )
 
 
-def probe_prompt(seed: int, n: int, low: int = 259, high: int = 512) -> list[int]:
-    """n token ids in [low, high), fixed by seed: the falsifiers' prompts (in the tiny model's GGUF vocabulary
-    these are the " t<id>" pieces; any server with a vocabulary of 512 or more takes them)."""
-    import random
-
-    rng = random.Random(seed)
-    return [rng.randrange(low, high) for _ in range(n)]
-
-
 class StatusError(OpenAIError):
     """The server answered a request with a status other than 200."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def text_prompt(ids: list[int]) -> str:
@@ -149,7 +145,7 @@ class OpenAIEngine:
         self.process: subprocess.Popen[bytes] | None = None
         self.mark: str | None = None  # the started server's FALSIFY_ENGINE_MARK
         self.log: IO[bytes] | None = None  # what a server started by openai+exec: writes
-        self._concurrency: tuple[bool, str] | None = None
+        self._concurrency: tuple[bool | None, str] | None = None
         self.timeout = _timeout()
         # the first missed deadline, said once on stderr: every later request fails at once with it, so a server
         # that stops answering costs one deadline, not one per request (issue #48: a hung batcher held a gate
@@ -206,29 +202,68 @@ class OpenAIEngine:
         self.model = model or os.environ.get(MODEL_ENV) or self._first_model()
         self.text_prompts: str | None = None
         self._text_tried = False
+        self._served: openai_model.ServedModel | None = None
+
+    # -- the served model, learned from the server (falsify/engines/adapters/openai_model.py) ----------------------
+    def served(self) -> openai_model.ServedModel:
+        """Which token ids a prompt may hold and the context, learned once from the server."""
+        if self._served is None:
+            self._served = openai_model.learn(self)
+        return self._served
+
+    def prompt(self, seed: int, n: int) -> list[int]:
+        """n token ids, fixed by seed, within the served model's vocabulary."""
+        return openai_model.prompt(self.served(), seed, n)
+
+    def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
+        """Whether a request of this size fits the context the server says it has (True where it says none)."""
+        context = self.served().context
+        return context is None or prompt_tokens + max_tokens <= context
+
+    def pieces(self, reply: Completion) -> list[str] | None:
+        """The text of each of the reply's tokens, where the server lets the client know it."""
+        return openai_model.pieces(self, reply)
+
+    def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST a JSON body, the reply's JSON (StatusError for a status other than 200)."""
+        conn = self._conn(min(GET_TIMEOUT, self.timeout))
+        try:
+            with _reading(f"POST {path}", min(GET_TIMEOUT, self.timeout)):
+                self._post(conn, path, body)
+                return _json(_body(self._answer(conn, path), f"POST {path}"), f"POST {path}'s reply")
+        finally:
+            conn.close()
 
     def supports(self, capability: str) -> str | None:
         if capability == "openai":
             return None
         if capability in ("one_slot", "parallel_slots"):
             parallel, detail = self.concurrency()
+            if parallel is None:
+                return detail
             if parallel == (capability == "parallel_slots"):
                 return None
             return f"measured: {detail}"
         if capability == "metrics":
+            report = self.self_report() or {}
             return (
-                None if self.self_report() else "the server publishes no tokens-predicted counter (/metrics)"
+                None
+                if "tokens_predicted_total" in report
+                else "the server publishes no tokens-predicted counter (/metrics)"
             )
         return f"an OpenAI-compatible server is reached only through its HTTP API, not {capability!r}"
 
-    def concurrency(self) -> tuple[bool, str]:
+    def concurrency(self) -> tuple[bool | None, str]:
         """Whether the server runs two requests at once, measured once per engine: a one-token request sent after
         a long stream's first token either ends long before that stream (parallel slots: in under half the
         stream's remaining time) or waits for it (one slot). Only parallel slots can end a request inside another's
         stream, so one such measure decides; "one slot" takes CONCURRENCY_TRIES alike, so that a loaded machine
         stalling the short request once does not pass for a one-slot server."""
         if self._concurrency is None:
-            self._concurrency = self._measured_concurrency()
+            try:
+                self._concurrency = self._measured_concurrency()
+            except OpenAIError as exc:  # neither topology is shown: both NOT APPLICABLE with the reason
+                self._concurrency = (None, f"not measured: {exc}")
         return self._concurrency
 
     def _measured_concurrency(self) -> tuple[bool, str]:
@@ -246,18 +281,20 @@ class OpenAIEngine:
         if serial:
             return False, f"{serial[-1]}; one slot in {len(serial)} of {len(serial)} measures"
         raise OpenAIError(
-            f"engine {self.spec!r}: 5 streams of max_tokens {CONCURRENCY_TOKENS} each ended before "
+            f"engine {self.spec!r}: 5 streams of max_tokens up to {CONCURRENCY_TOKENS} each ended before "
             f"{CONCURRENCY_MIN_TOKENS} tokens: whether the server runs two requests at once is not measured"
         )
 
     def _measure_concurrency(self, seed: int) -> tuple[bool, str] | None:
-        long = self.open_stream(probe_prompt(seed, 8), CONCURRENCY_TOKENS)
+        context = self.served().context
+        tokens = CONCURRENCY_TOKENS if context is None else min(CONCURRENCY_TOKENS, context - 8)
+        long = self.open_stream(self.prompt(seed, 8), tokens)
         long.next_token()
         t0 = time.perf_counter()
         done: list[float] = []
 
         def short() -> None:
-            self.complete(probe_prompt(2, 8), 1)
+            self.complete(self.prompt(2, 8), 1)
             done.append(time.perf_counter() - t0)
 
         waiter = threading.Thread(target=short)
@@ -455,7 +492,9 @@ class OpenAIEngine:
     def _answer(conn: DeadlineConnection, path: str) -> http.client.HTTPResponse:
         response = conn.getresponse()
         if response.status != 200:
-            raise StatusError(f"POST {path} answered {response.status}: {response.read(300)!r}")
+            raise StatusError(
+                f"POST {path} answered {response.status}: {response.read(300)!r}", response.status
+            )
         return response
 
     def _open_stream(
@@ -503,8 +542,10 @@ class OpenAIEngine:
     # -- the server's self-report ---------------------------------------------------------------------------------
     def self_report(self) -> dict[str, float] | None:
         """The server's own counters, where it offers them: Prometheus /metrics lines ending in
-        tokens_predicted_total / generation_tokens_total (llama-server, vLLM, the reference) and llama-server's
-        /slots (`slots_processing`: slots it says are busy). None when it offers neither."""
+        tokens_predicted_total / generation_tokens_total (llama-server, vLLM, the reference), prompt_tokens_total,
+        the running-requests gauge (vLLM's num_requests_running, llama-server's and the reference's
+        requests_processing) and llama-server's /slots (`slots_processing`: slots it says are busy). None when it
+        offers none."""
         report: dict[str, float] = {}
         try:
             status, body = self.get("/metrics")
@@ -514,8 +555,9 @@ class OpenAIEngine:
                         continue
                     key, _, value = line.rpartition(" ")
                     name = key.split("{")[0]
-                    if name.endswith(("tokens_predicted_total", "generation_tokens_total")):
-                        report["tokens_predicted_total"] = _counter(value, f"/metrics {name}")
+                    for suffixes, key in METRICS:
+                        if name.endswith(suffixes):
+                            report[key] = report.get(key, 0.0) + _counter(value, f"/metrics {name}")
             status, body = self.get("/slots")
             if status == 200:
                 slots = _json(body, "/slots")
@@ -526,6 +568,15 @@ class OpenAIEngine:
         except OSError:
             return report or None
         return report or None
+
+
+# The self-report's keys and the Prometheus names that feed them (summed over label sets: vLLM labels each by
+# engine and model): tokens decoded, prompt tokens processed, requests running now (a gauge).
+METRICS = (
+    (("tokens_predicted_total", "generation_tokens_total"), "tokens_predicted_total"),
+    (("prompt_tokens_total",), "prompt_tokens_total"),
+    ((":num_requests_running", ":requests_processing"), "requests_running"),
+)
 
 
 def _exit_with_parent() -> None:

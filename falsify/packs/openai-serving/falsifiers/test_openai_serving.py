@@ -8,25 +8,31 @@ test holds server-specific code. Every formula lives in the YAML; the tests only
 
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 import time
+from itertools import pairwise
 from typing import Any
 
 import pytest
 
 import falsify
 
-PIECE = re.compile(r" t\d+")  # a whole " t<id>" piece of the tiny model's vocabulary, as text
+
+def prompt(engine: Any, seed: int, n: int) -> list[int]:
+    """n token ids, fixed by seed, within the served model's vocabulary (learned from the server: [259, 512), the
+    tiny GGUF's " t<id>" pieces, on any vocabulary that large; falsify/engines/adapters/openai_model.py)."""
+    return list(engine.prompt(seed, n))
 
 
-def prompt(seed: int, n: int) -> list[int]:
-    """n token ids, fixed by seed, in [259, 512): the " t<id>" pieces of the tiny model's GGUF vocabulary."""
-    import random
+def worded(piece: str) -> bool:
+    """A piece to stop on: two or more visible characters (a word or a ' t<id>' piece, not a byte or a space)."""
+    return len(piece.strip()) >= 2 and piece.isprintable() and "\ufffd" not in piece
 
-    rng = random.Random(seed)
-    return [rng.randrange(259, 512) for _ in range(n)]
+
+def not_run(why: str) -> None:
+    """The falsifier cannot set up its case on this server: NOT RUN with the reason, never the server's FAIL."""
+    pytest.skip(f"the case cannot be set up on this server: {why}")
 
 
 def ttft(engine: Any, ids: list[int]) -> float:
@@ -43,10 +49,11 @@ def probe_prompt(engine: Any, seed: int, n: int = 1) -> list[int]:
     """An 8-token prompt, fixed by seed, whose greedy reply runs to n tokens without an end-of-text token (a probe
     whose first token ends the reply streams no token to time): the first of 20 seeds from `seed` that does."""
     for s in range(seed, seed + 20):
-        ids = prompt(s, 8)
+        ids = prompt(engine, s, 8)
         if engine.complete(ids, n).finish_reason == "length":
             return ids
-    pytest.fail(f"no prompt of 20 from seed {seed} ran {n} tokens without an end-of-text token")
+    not_run(f"no prompt of 20 from seed {seed} ran {n} tokens without an end-of-text token")
+    raise AssertionError("unreachable")
 
 
 def token_seconds(engine: Any, seed: int, n: int = 64) -> float:
@@ -61,18 +68,19 @@ def token_seconds(engine: Any, seed: int, n: int = 64) -> float:
     return float(statistics.median(per))
 
 
-def predicted(engine: Any) -> float | None:
+def reported(engine: Any, key: str = "tokens_predicted_total") -> float | None:
+    """One of the server's own counters (engine.self_report()), None where it publishes none."""
     report = engine.self_report()
-    return None if report is None else report.get("tokens_predicted_total")
+    return None if report is None else report.get(key)
 
 
-def settled(engine: Any) -> float | None:
-    """The tokens-predicted counter once it holds still (two reads 50 ms apart agree; at most 5 s): the window
-    a trial's count covers starts and ends with the server idle."""
-    value = predicted(engine)
+def settled(engine: Any, key: str = "tokens_predicted_total") -> float | None:
+    """The counter once it holds still (two reads 50 ms apart agree; at most 5 s): the window a trial's count
+    covers starts and ends with the server idle."""
+    value = reported(engine, key)
     for _ in range(100):
         time.sleep(0.05)
-        again = predicted(engine)
+        again = reported(engine, key)
         if again == value:
             break
         value = again
@@ -89,28 +97,45 @@ def idle_ttft(engine: Any, probe: list[int]) -> float:
     return max(ttft(engine, probe) for _ in range(5))
 
 
-def hangup_trials(engine: Any, k: int) -> tuple[dict[str, Any], list[tuple[float, float]]]:
+def read_k(engine: Any, seed: int, k: int) -> Any:
+    """A DECODE_MAX_TOKENS stream of a fresh 16-token prompt, its first k tokens read."""
+    if not engine.fits(16, DECODE_MAX_TOKENS):
+        not_run(f"a 16-token prompt and max_tokens {DECODE_MAX_TOKENS} exceed the server's context")
+    stream = engine.open_stream(prompt(engine, seed, 16), DECODE_MAX_TOKENS)
+    for _ in range(k):
+        if not stream.next_token():
+            stream.close()
+            not_run(f"the stream ended before {k} tokens (an end-of-text token)")
+    return stream
+
+
+def hangup_trials(engine: Any, k: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """TRIALS streams hung up after k tokens, each followed by a probe: what the client measured (FALSIFY-OAI-001)
-    and, where the server counts its predicted tokens, the counter's rise from the hang-up until it is idle again
-    less the probe's one token, with the tokens the server could decode before the hang-up reached it
-    (FALSIFY-OAI-002)."""
+    and, where the server counts its predicted tokens, per trial (FALSIFY-OAI-002): the counter's rise from the
+    hang-up until it is idle again and its rise from before the request (the server idle) until then, each less
+    the probe's one token, with the tokens the server could decode before the hang-up reached it."""
     probe = probe_prompt(engine, 1000)
     idle = idle_ttft(engine, probe)
     tau = token_seconds(engine, 1030)
-    extra, reported, probes = [], [], []
+    extra, counts, probes = [], [], []
     for trial in range(TRIALS):
-        stream = engine.open_stream(prompt(1100 + 10 * k + trial, 16), DECODE_MAX_TOKENS)
-        for _ in range(k):
-            assert stream.next_token(), "the stream ended before k tokens"
+        before = settled(engine)
+        stream = read_k(engine, 1100 + 10 * k + trial, k)
         # what the server could decode, at its per-token time, between sending token k and hearing of the hang-up
         ahead = (time.perf_counter() - stream.t0 - stream.times[k - 1] + idle) / tau
         stream.close()
-        at_hangup = predicted(engine)  # the server may have decoded ahead of what the client read
+        at_hangup = reported(engine)  # the server may have decoded ahead of what the client read
         probes.append(ttft(engine, probe))
         extra.append((probes[-1] - idle) / tau)
         after = settled(engine)
-        if at_hangup is not None and after is not None:
-            reported.append((after - at_hangup - 1, ahead))  # less the probe's one token
+        if before is not None and at_hangup is not None and after is not None:
+            counts.append(
+                {
+                    "reported_extra_tokens": after - at_hangup - 1,  # less the probe's one token
+                    "counted_tokens": after - before - 1,
+                    "ahead_tokens": ahead,
+                }
+            )
     observed = {
         "extra_tokens": statistics.median(extra),
         "probe_ttft": statistics.median(probes),
@@ -120,7 +145,7 @@ def hangup_trials(engine: Any, k: int) -> tuple[dict[str, Any], list[tuple[float
         "k": k,
         "bound": 32,
     }
-    return observed, reported
+    return observed, counts
 
 
 @pytest.mark.falsifies("FALSIFY-OAI-001")
@@ -133,13 +158,42 @@ def test_a_stream_hung_up_after_k_tokens_frees_the_slot(engine: Any, k: int) -> 
 @pytest.mark.falsifies("FALSIFY-OAI-002")
 @pytest.mark.parametrize("k", [1, 5])
 def test_the_servers_counter_agrees_that_a_hung_up_stream_stopped(engine: Any, k: int) -> None:
-    # A test of its own: a server without the counter (metrics NOT APPLICABLE) still runs FALSIFY-OAI-001.
-    _, reported = hangup_trials(engine, k)
-    assert len(reported) == TRIALS, "the tokens-predicted counter vanished between trials"
-    rose, ahead = max(
-        reported, key=lambda trial: trial[0] - trial[1]
-    )  # the trial furthest past its allowance
-    falsify.check("FALSIFY-OAI-002", reported_extra_tokens=rose, ahead_tokens=ahead, k=k, bound=32)
+    """A test of its own: a server without the counter (metrics NOT APPLICABLE) still runs FALSIFY-OAI-001. On one
+    slot and on parallel slots alike: the counter is the server's, whatever its topology. Each trial is checked:
+    a counter that never moved (it counted fewer than the k tokens the client read) or that counted the request
+    before it ran (more than it could have decoded) fails as surely as one that kept counting."""
+    _, counts = hangup_trials(engine, k)
+    assert len(counts) == TRIALS, "the tokens-predicted counter vanished between trials"
+    for trial in counts:
+        falsify.check("FALSIFY-OAI-002", **trial, k=k, bound=32)
+
+
+@pytest.mark.falsifies("FALSIFY-OAI-015")
+@pytest.mark.parametrize("k", [1, 5])
+def test_the_running_gauge_drops_a_hung_up_stream(engine: Any, k: int) -> None:
+    """Parallel slots: the server's running-requests gauge counts the stream while its client reads it and is back
+    at its idle value once the server's tokens-predicted counter holds still after the hang-up (polled up to 5 s
+    more, as a gauge may be published a step late)."""
+    if reported(engine, "requests_running") is None:
+        falsify.cannot_show(
+            "FALSIFY-OAI-015",
+            "the server publishes no running-requests gauge (/metrics num_requests_running or requests_processing)",
+            k=k,
+        )
+    for trial in range(TRIALS):
+        settled(engine)
+        idle = reported(engine, "requests_running")
+        stream = read_k(engine, 1500 + 10 * k + trial, k)
+        during = reported(engine, "requests_running")
+        stream.close()
+        settled(engine)
+        after = reported(engine, "requests_running")
+        for _ in range(100):
+            if after == idle:
+                break
+            time.sleep(0.05)
+            after = reported(engine, "requests_running")
+        falsify.check("FALSIFY-OAI-015", running_idle=idle, running_during=during, running_after=after, k=k)
 
 
 PREFILL_PROMPT = 4000
@@ -153,14 +207,16 @@ def test_a_client_hung_up_during_prompt_processing_frees_the_slot(engine: Any) -
     moment's load (the mean of the two cancels a load that changes steadily). A prefill time measured once before
     the trials was not enough: on a machine whose load fell during the test it overstated the remaining wait, and
     a server that ignores the hang-up passed (seen on two shared cores)."""
+    if not engine.fits(PREFILL_PROMPT, 1):
+        not_run(f"a {PREFILL_PROMPT}-token prompt exceeds the server's context")
     probe = probe_prompt(engine, 2000)
     idle = idle_ttft(engine, probe)
     # A fresh long prompt each time: a server with a prompt cache would reuse an earlier one's prefix.
     # When to hang up: HANG_UP_AT of the prefill time, first measured here, then kept up to date by each control.
-    prefill = first = ttft(engine, prompt(2001, PREFILL_PROMPT))
+    prefill = first = ttft(engine, prompt(engine, 2001, PREFILL_PROMPT))
 
     def at_hang_up_point(seed: int) -> tuple[Any, float]:
-        stream = engine.open_stream(prompt(seed, PREFILL_PROMPT), 1, wait=False)
+        stream = engine.open_stream(prompt(engine, seed, PREFILL_PROMPT), 1, wait=False)
         time.sleep(max(HANG_UP_AT * prefill - (time.perf_counter() - stream.t0), 0))
         return stream, time.perf_counter() - stream.t0
 
@@ -208,12 +264,78 @@ def test_a_client_hung_up_during_prompt_processing_frees_the_slot(engine: Any) -
     )
 
 
+@pytest.mark.falsifies("FALSIFY-OAI-016")
+def test_a_client_hung_up_during_prompt_processing_stops_it_beside_others(engine: Any) -> None:
+    """Parallel slots, where a probe does not wait for a long prompt: the server's own prompt-tokens counter
+    judges it. A control prompt left to run must raise the counter by its length (a counter that never moves
+    cannot pass); then each trial's long prompt, hung up at HANG_UP_AT of the control's prefill time, may raise it
+    by at most max_fraction of what it had still to process at the hang-up (by the same counter) from the hang-up
+    until the counter holds still. A trial whose hang-up came after the counter had passed half the prompt
+    judges nothing (a loaded host); none left is NOT RUN."""
+    if reported(engine, "prompt_tokens_total") is None:
+        falsify.cannot_show(
+            "FALSIFY-OAI-016", "the server publishes no prompt-tokens counter (/metrics prompt_tokens_total)"
+        )
+    if not engine.fits(PREFILL_PROMPT, DECODE_MAX_TOKENS):
+        not_run(
+            f"a {PREFILL_PROMPT}-token prompt and max_tokens {DECODE_MAX_TOKENS} exceed the server's context"
+        )
+    settled(engine)
+    idle = reported(engine, "requests_running")
+
+    def quiet() -> float:
+        """The prompt counter once the server is idle again: the running gauge (where published) back at its
+        idle value and the counter still over 0.25 s (a prefill chunk on a loaded host can take longer than the
+        50 ms `settled` waits; at most 60 s)."""
+        value = reported(engine, "prompt_tokens_total") or 0.0
+        for _ in range(240):
+            time.sleep(0.25)
+            again = reported(engine, "prompt_tokens_total") or 0.0
+            running = reported(engine, "requests_running")
+            if again == value and (idle is None or running is None or running <= idle):
+                break
+            value = again
+        return value
+
+    before = quiet()
+    prefill = ttft(engine, prompt(engine, 2301, PREFILL_PROMPT))
+    control = quiet() - before
+    judged = 0
+    for trial in range(TRIALS):
+        start = quiet()
+        stream = engine.open_stream(
+            prompt(engine, 2400 + trial, PREFILL_PROMPT), DECODE_MAX_TOKENS, wait=False
+        )
+        time.sleep(max(HANG_UP_AT * prefill - (time.perf_counter() - stream.t0), 0))
+        at = reported(engine, "prompt_tokens_total") or 0.0
+        hangup = time.perf_counter() - stream.t0
+        stream.close()
+        after = quiet()
+        remaining = PREFILL_PROMPT - (at - start)
+        if remaining < PREFILL_PROMPT / 2:
+            continue
+        judged += 1
+        falsify.check(
+            "FALSIFY-OAI-016",
+            control_prompt_tokens=control,
+            late_prompt_tokens=after - at,
+            remaining_prompt_tokens=remaining,
+            prefill_seconds=prefill,
+            hangup_seconds=hangup,
+            prompt_tokens=PREFILL_PROMPT,
+            at=HANG_UP_AT,
+            max_fraction=0.5,
+        )
+    if not judged:
+        not_run(f"every hang-up came after the server had counted half of the {PREFILL_PROMPT}-token prompt")
+
+
 # -- max_tokens, usage, stop strings -------------------------------------------------------------------------------
 @pytest.mark.falsifies("FALSIFY-OAI-004")
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 24])
 def test_max_tokens_is_exact(engine: Any, max_tokens: int, stream: bool) -> None:
-    ids = prompt(3000 + max_tokens, 12)
+    ids = prompt(engine, 3000 + max_tokens, 12)
     longer = engine.complete(ids, max_tokens + 8, logprobs=1)
     reply = engine.complete(ids, max_tokens, logprobs=1, stream=stream)
     assert reply.n_tokens is not None, "the reply carries neither token ids nor logprob entries"
@@ -229,20 +351,34 @@ def test_max_tokens_is_exact(engine: Any, max_tokens: int, stream: bool) -> None
 
 
 def stop_case(engine: Any, nth: int, spans: bool = False) -> tuple[list[int], Any, str]:
-    """A prompt whose 32-token reply holds at least nth + 1 ' t<id>' pieces: the prompt, that uncut reply, and its
-    nth piece (the stop string; spans: with the character after it, the next token's first, appended)."""
+    """A prompt whose greedy 32-token reply holds at least nth + 1 worded pieces (the server's own tokens' text,
+    learned from the reply's logprob entries or /detokenize): the prompt, that uncut reply, and its nth worded
+    piece (the stop string; spans: with the next token's first character appended)."""
+    unknown = 0
     for seed in range(4000, 4020):
-        ids = prompt(seed, 12)
-        uncut = engine.complete(ids, 32)
-        text = uncut.text
-        pieces = [
-            text[m.start() : m.end() + spans]
-            for m in PIECE.finditer(text)
-            if m.end() < len(text) or not spans
+        ids = prompt(engine, seed, 12)
+        uncut = engine.complete(ids, 32, logprobs=1)
+        pieces = engine.pieces(uncut)
+        if pieces is None:
+            unknown += 1
+            continue
+        stops = [
+            piece + (pieces[i + 1][:1] if spans else "")
+            for i, piece in enumerate(pieces)
+            if worded(piece)
+            and (not spans or (i + 1 < len(pieces) and pieces[i + 1][:1].isprintable() and pieces[i + 1][:1]))
         ]
-        if len(pieces) > nth:
-            return ids, uncut, pieces[nth]
-    pytest.fail(f"no prompt of 20 gave a reply with {nth + 1} ' t<id>' pieces to stop on")
+        if len(stops) > nth:
+            return ids, uncut, stops[nth]
+    not_run(
+        f"no prompt of 20 gave a reply with {nth + 1} worded pieces to stop on"
+        + (
+            f" ({unknown} replies' token texts were not known: no logprob strings or /detokenize spelled them)"
+            if unknown
+            else ""
+        )
+    )
+    raise AssertionError("unreachable")
 
 
 @pytest.mark.falsifies("FALSIFY-OAI-005")
@@ -257,7 +393,7 @@ def test_usage_counts_the_reply(engine: Any, case: str, stream: bool) -> None:
         max_tokens = 32
     else:
         max_tokens = int(case.split()[1])
-        reply = engine.complete(prompt(3000 + max_tokens, 12), max_tokens, stream=stream, logprobs=1)
+        reply = engine.complete(prompt(engine, 3000 + max_tokens, 12), max_tokens, stream=stream, logprobs=1)
     if reply.n_tokens is None:
         falsify.cannot_show(
             "FALSIFY-OAI-005",
@@ -291,7 +427,7 @@ def test_a_stop_string_ends_the_reply_and_is_not_sent(engine: Any, nth: int, str
     stop_string_case(engine, nth, stream, after_decoy=False)
 
 
-DECOY = "#no such text#"  # a stop string no reply of the tiny model holds ('#' is never a ' t<id>' piece)
+DECOY = "#no such text#"  # a stop string no reply is expected to hold (checked against the uncut reply)
 
 
 @pytest.mark.falsifies("FALSIFY-OAI-006")
@@ -310,7 +446,8 @@ def test_a_stop_string_across_two_tokens_ends_the_reply(engine: Any, stream: boo
 
 def stop_string_case(engine: Any, nth: int, stream: bool, after_decoy: bool, spans: bool = False) -> None:
     ids, uncut, stop = stop_case(engine, nth, spans)
-    assert DECOY not in uncut.text, "the decoy stop string occurs in the uncut reply"
+    if DECOY in uncut.text:
+        not_run(f"the decoy stop string {DECOY!r} occurs in the uncut reply")
     reply = engine.complete(ids, 32, stop=[DECOY, stop] if after_decoy else [stop], stream=stream, logprobs=1)
     falsify.check(
         "FALSIFY-OAI-006",
@@ -332,16 +469,19 @@ def stop_string_case(engine: Any, nth: int, stream: bool, after_decoy: bool, spa
 def test_stream_and_whole_replies_agree(engine: Any, chat: bool, near_miss_stop: bool) -> None:
     stop: list[str] = []
     for seed in range(5000, 5020):
-        ids: list[int] | str = f"Say something {seed}." if chat else prompt(seed, 12)
+        ids: list[int] | str = f"Say something {seed}." if chat else prompt(engine, seed, 12)
         if not near_miss_stop:
             break
-        text = engine.complete(ids, 24, chat=chat).text
-        match = re.search(r"( t\d+){2}", text)
-        if match:
-            stop = [match.group(0) + "#"]  # held back while it may still occur; it never completes here
+        reply = engine.complete(ids, 24, chat=chat, logprobs=1)
+        pieces = engine.pieces(reply) or []
+        pairs = [a + b for a, b in pairwise(pieces) if worded(a) and worded(b)]
+        # held back while it may still occur; it never completes here
+        near = [pair + "#" for pair in pairs if pair + "#" not in reply.text]
+        if near:
+            stop = near[:1]
             break
     else:
-        pytest.fail("no prompt of 20 gave a reply with two ' t<id>' pieces in a row")
+        not_run("no prompt of 20 gave a reply with two worded pieces in a row (a stop string to nearly meet)")
     whole = engine.complete(ids, 24, chat=chat, logprobs=1, stop=stop)
     streamed = engine.complete(ids, 24, chat=chat, logprobs=1, stop=stop, stream=True)
     falsify.check(
@@ -368,9 +508,9 @@ def gap(a: Any, b: Any) -> float:
 @pytest.mark.falsifies("FALSIFY-OAI-008")
 @pytest.mark.parametrize("k", [1, 3])
 def test_a_request_gives_the_same_reply_alone_and_batched(engine: Any, k: int) -> None:
-    target = prompt(6000 + k, 12)
+    target = prompt(engine, 6000 + k, 12)
     alone = engine.complete(target, 16, logprobs=1)
-    others = [engine.open_stream(prompt(6100 + 10 * k + i, 12), 64) for i in range(k)]
+    others = [engine.open_stream(prompt(engine, 6100 + 10 * k + i, 12), 64) for i in range(k)]
     try:
         for other in others:
             assert other.next_token(), "a batch-mate's stream ended before its first token"
@@ -398,10 +538,10 @@ def test_a_request_gives_the_same_reply_alone_and_batched(engine: Any, k: int) -
 @pytest.mark.falsifies("FALSIFY-OAI-009")
 @pytest.mark.parametrize("shared", [8, 40])
 def test_a_reused_prefix_gives_the_fresh_reply(engine: Any, shared: int) -> None:
-    ids = prompt(7000 + shared, shared + 16)
-    engine.complete(prompt(7100 + shared, 24), 2)  # unrelated: nothing of ids to reuse
+    ids = prompt(engine, 7000 + shared, shared + 16)
+    engine.complete(prompt(engine, 7100 + shared, 24), 2)  # unrelated: nothing of ids to reuse
     fresh = engine.complete(ids, 16, logprobs=1)
-    engine.complete(ids[:shared] + prompt(7200 + shared, 16), 2)  # shares the prefix
+    engine.complete(ids[:shared] + prompt(engine, 7200 + shared, 16), 2)  # shares the prefix
     reused = engine.complete(ids, 16, logprobs=1)
     falsify.check(
         "FALSIFY-OAI-009",
@@ -416,7 +556,7 @@ def test_a_reused_prefix_gives_the_fresh_reply(engine: Any, shared: int) -> None
 @pytest.mark.falsifies("FALSIFY-OAI-010")
 @pytest.mark.parametrize("seed", [7, 123457])
 def test_a_seeded_request_repeats(engine: Any, seed: int) -> None:
-    ids = prompt(8000, 12)
+    ids = prompt(engine, 8000, 12)
 
     def run(s: int) -> list[Any]:
         return list(engine.complete(ids, 16, temperature=1.0, seed=s, logprobs=1).tokens)
