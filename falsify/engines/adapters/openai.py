@@ -45,6 +45,7 @@ from falsify.engines.adapters.openai_replies import (
     Completion,
     DeadlineMissed,
     OpenAIError,
+    StatusError,
     _body,
     _chunk_has_token,
     _counter,
@@ -69,14 +70,6 @@ CONCURRENCY_TRIES = 3  # alike measures before a server is judged to have one sl
 CONCURRENCY_MIN_TOKENS = (
     100  # a shorter stream (it met an end-of-text token) does not outlast a one-token request
 )
-
-
-class StatusError(OpenAIError):
-    """The server answered a request with a status other than 200."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def text_prompt(ids: list[int]) -> str:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from falsify.engines.adapters.openai_replies import Completion, OpenAIError, _json
+from falsify.engines.adapters.openai_replies import Completion, OpenAIError, StatusError, _json
 
-if TYPE_CHECKING:
-    from falsify.engines.adapters.openai import OpenAIEngine
+# `engine` below is falsify/engines/adapters/openai.py's OpenAIEngine (typed Any: that module imports this one)
+OpenAIEngine = Any
 
 LOW, HIGH = 259, 512  # the tiny GGUF's ' t<id>' pieces: the prompts' ids on any vocabulary of HIGH or more
 
@@ -77,7 +77,6 @@ def _context(engine: OpenAIEngine) -> int | None:
 
 def _vocabulary(engine: OpenAIEngine) -> tuple[int | None, str]:
     """(the vocabulary's size where it is under HIGH, how it was learned)."""
-    from falsify.engines.adapters.openai import StatusError
 
     def text_instead(why: str) -> tuple[None, str]:
         """A server that refuses token-id prompts at all: the engine's text fallback (one letter per id) decides."""
@@ -120,8 +119,6 @@ def _vocabulary(engine: OpenAIEngine) -> tuple[int | None, str]:
 
 def detokenize(engine: OpenAIEngine, ids: list[int]) -> str | None:
     """The text of `ids` from the server's /detokenize (vLLM, llama-server), None where it offers none."""
-    from falsify.engines.adapters.openai import StatusError
-
     try:
         reply = engine.post_json("/detokenize", {"model": engine.model, "tokens": ids})
     except (StatusError, OSError):

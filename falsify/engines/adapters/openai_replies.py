@@ -34,6 +34,14 @@ class OpenAIError(FalsifyError):
         super().__init__(terminal_safe(message))
 
 
+class StatusError(OpenAIError):
+    """The server answered a request with a status other than 200."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass(frozen=True, slots=True)
 class Completion:
     """One request as the client saw it."""
