@@ -312,7 +312,9 @@ def test_a_client_hung_up_during_prompt_processing_stops_it_beside_others(engine
         stream.close()
         after = quiet()
         remaining = PREFILL_PROMPT - (at - start)
-        if remaining < PREFILL_PROMPT / 4:  # early chunks are cheaper: at a quarter of the time ~45 % is counted
+        if (
+            remaining < PREFILL_PROMPT / 4
+        ):  # early chunks are cheaper: at a quarter of the time ~45 % is counted
             continue
         judged += 1
         falsify.check(
