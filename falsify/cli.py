@@ -84,7 +84,7 @@ def add_lint(sub: argparse._SubParsersAction) -> None:
 
 def run_lint(args: argparse.Namespace) -> int:
     from falsify.contracts.corpus import contract_dirs
-    from falsify.contracts.lint import lint, render
+    from falsify.contracts.lint import lint, render, unkilled_classes
     from falsify.contracts.packs import contracts_dir
 
     paths = args.paths
@@ -108,8 +108,15 @@ def run_lint(args: argparse.Namespace) -> int:
         if found:
             corpus.problems = sorted([*corpus.problems, *found], key=lambda p: (p.file, p.line))
             code = EXIT_ERRORS
-    print(render(corpus, paths, args.format))
+    print(render(corpus, paths, args.format, unkilled_classes(corpus, boundary_kills())))
     return code
+
+
+def boundary_kills() -> dict[str, tuple[str, ...]]:
+    """Each boundary mutant's class -> the predictions it must turn red (falsify/engines/boundary)."""
+    from falsify.engines.boundary.catalogue import CATALOGUE
+
+    return {m.id: m.kills for m in CATALOGUE}
 
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
@@ -373,13 +380,32 @@ def _conformance(engine: object, spec: str) -> int:
 
 
 def add_packs(sub: argparse._SubParsersAction) -> None:
-    _parser(sub, "packs", "0 listed; 2 no pack installed")
+    from falsify.contracts.packs_show import FORMATS
+
+    p = _parser(sub, "packs", "0 listed or shown; 2 no pack installed, an unknown pack, or bad usage")
+    p.add_argument("action", nargs="?", metavar="show", help="show NAME: each prediction of the pack NAME")
+    p.add_argument("name", nargs="?", metavar="NAME", help="the pack `falsify packs` lists")
+    p.add_argument("--format", choices=FORMATS, default="text", help="for show: text (default) or json")
 
 
 def run_packs(args: argparse.Namespace) -> int:
     from falsify.contracts.corpus import load_corpus
     from falsify.contracts.packs import available, contracts_dir, describe
     from falsify.table import table
+
+    if args.action is not None:
+        if args.action != "show" or args.name is None:
+            print("falsify packs: expected `falsify packs` or `falsify packs show NAME`", file=sys.stderr)
+            return 2
+        from falsify.contracts.packs_show import render
+        from falsify.engines.boundary.catalogue import CATALOGUE
+
+        boundary: dict[str, list[str]] = {}
+        for m in CATALOGUE:
+            for pid in m.kills:
+                boundary.setdefault(pid, []).append(m.id)
+        print(render(args.name, boundary, args.format))  # an unknown name: PackError, one line, exit 2
+        return 0
 
     names = available()
     rows = []

@@ -43,6 +43,7 @@ class Prediction:
     min_checks: int = 1  # non-vacuous checks needed before it can PASS
     unproven_because: str | None = None  # reviewed reason no mutant turns it red
     corners: tuple[Corner, ...] = ()  # corners of the domain its checks must reach
+    catches: tuple[str, ...] = ()  # the bug classes it exists to catch (mutants name them: `class`, else id)
 
     @property
     def parameters(self) -> tuple[str, ...]:
@@ -98,6 +99,11 @@ class Mutant:
     regex: str | None = None  # op text: or a regex that must match once
     build: str | None = None  # op text: command run in the mutated copy before the falsifiers
     engine: str | None = None  # op text: the --engine the falsifiers run against in the copy
+    bug_class: str = ""  # the class it plants, as `catches` names it (`class`, default: the id)
+
+    @property
+    def plants(self) -> str:
+        return self.bug_class or self.id
 
 
 @dataclass(slots=True)
@@ -421,6 +427,7 @@ def _contract(doc: Located, problems: list[Problem]) -> Contract | None:
                 int(p.get("min_checks", 1)),
                 " ".join(p["unproven_because"].split()) if "unproven_because" in p else None,
                 corners,
+                tuple(p.get("catches", ())),
             )
         )
     ids = {p["id"] for p in data["predictions"]}
@@ -490,6 +497,7 @@ def _mutant(doc: Located, problems: list[Problem]) -> Mutant | None:
         d.get("regex"),
         d.get("build"),
         d.get("engine"),
+        d.get("class", ""),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from falsify.contracts.corpus import Corpus, load_corpus
@@ -23,6 +24,40 @@ def lint(paths: list[Path]) -> tuple[Corpus, int]:
         return corpus, EXIT_ERRORS
     # no contract is nothing checked, whatever else was found (mutants alone have no prediction to kill)
     return corpus, EXIT_CLEAN if corpus.contracts else EXIT_EMPTY
+
+
+def unkilled_classes(corpus: Corpus, boundary: Mapping[str, Iterable[str]]) -> list[Problem]:
+    """Warnings (rule `catches-unkilled`): a bug class a prediction's `catches` names that no mutant plants and turns
+    that prediction red: no mutant file whose class (`class`, else its id) it is lists the prediction in `kills`,
+    and no boundary mutant of that id (`boundary`: class -> the predictions it must turn red, from
+    falsify/engines/boundary) does. A warning, not an error: the class is the catalogue's gap, while whether the
+    prediction itself can fail is judged by `falsify mutants` and the gate (PROVEN / UNPROVEN). A prediction with
+    a reviewed `unproven_because` is not warned about: that reason says why no mutant can turn it red."""
+    planted: dict[str, set[str]] = {}
+    for m in corpus.mutants:
+        planted.setdefault(m.plants, set()).update(m.kills)
+    for cls, kills in boundary.items():
+        planted.setdefault(cls, set()).update(kills)
+    out = []
+    for c in corpus.contracts:
+        for p in c.predictions:
+            if p.unproven_because:
+                continue
+            missing = [cls for cls in p.catches if p.id not in planted.get(cls, set())]
+            if missing:
+                classes = ", ".join(missing)
+                out.append(
+                    Problem(
+                        p.file,
+                        p.line,
+                        p.id,
+                        f"catches {classes}, but no mutant of {'that class' if len(missing) == 1 else 'those classes'} "
+                        f"turns it red (a mutant file whose `class`, or id, is the class, listing {p.id} in "
+                        "`kills`; no boundary mutant of falsify plants it)",
+                        "catches-unkilled",
+                    )
+                )
+    return out
 
 
 def verdict(corpus: Corpus, paths: list[Path]) -> str:
@@ -62,8 +97,10 @@ def verdict(corpus: Corpus, paths: list[Path]) -> str:
     )
 
 
-def render(corpus: Corpus, paths: list[Path], fmt: str) -> str:
+def render(corpus: Corpus, paths: list[Path], fmt: str, warnings: list[Problem] | None = None) -> str:
+    """The problems (errors) and `warnings` (they leave the exit code alone) in `fmt`."""
     problems = corpus.problems
+    warnings = warnings or []
     if fmt == "json":
         return json.dumps(
             {
@@ -73,20 +110,28 @@ def render(corpus: Corpus, paths: list[Path], fmt: str) -> str:
                 "predictions": sum(len(c.predictions) for c in corpus.contracts),
                 "mutants": len(corpus.mutants),
                 "errors": [_as_dict(p) for p in problems],
+                "warnings": [_as_dict(p) for p in warnings],
             },
             indent=2,
         )
     if fmt == "sarif":
-        return json.dumps(_sarif(problems), indent=2)
+        return json.dumps(_sarif(problems, warnings), indent=2)
     if fmt == "github":
         lines = [
-            f"::error file={_gh_property(p.file)},line={p.line},title={_gh_property(p.rule)}"
+            f"::{level} file={_gh_property(p.file)},line={p.line},title={_gh_property(p.rule)}"
             f"::{_gh_escape(_text(p))}"
-            for p in problems
+            for level, found in (("error", problems), ("warning", warnings))
+            for p in found
         ]
         # The verdict is no command, but a path in it must not start one on a line of its own either.
         return "\n".join([*lines, _gh_escape(verdict(corpus, paths))])
-    return "\n".join([*(str(p) for p in problems), terminal_safe(verdict(corpus, paths))])
+    return "\n".join(
+        [
+            *(str(p) for p in problems),
+            *(f"warning: {p}" for p in warnings),
+            terminal_safe(verdict(corpus, paths)),
+        ]
+    )
 
 
 def _text(p: Problem) -> str:
@@ -109,8 +154,8 @@ def _gh_property(text: str) -> str:
     return _gh_escape(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def _sarif(problems: list[Problem]) -> dict[str, object]:
-    rules = sorted({p.rule for p in problems})
+def _sarif(problems: list[Problem], warnings: list[Problem]) -> dict[str, object]:
+    rules = sorted({p.rule for p in [*problems, *warnings]})
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -126,7 +171,7 @@ def _sarif(problems: list[Problem]) -> dict[str, object]:
                 "results": [
                     {
                         "ruleId": p.rule,
-                        "level": "error",
+                        "level": level,
                         "message": {"text": _text(p)},
                         "locations": [
                             {
@@ -137,7 +182,8 @@ def _sarif(problems: list[Problem]) -> dict[str, object]:
                             }
                         ],
                     }
-                    for p in problems
+                    for level, found in (("error", problems), ("warning", warnings))
+                    for p in found
                 ],
             }
         ],

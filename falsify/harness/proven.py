@@ -28,6 +28,7 @@ from typing import Any
 
 from falsify.contracts.corpus import Corpus
 from falsify.contracts.packs import is_pack_file
+from falsify.engines.boundary.catalogue import REPORT_FILE as BOUNDARY_REPORT_FILE
 
 
 class Proof(StrEnum):
@@ -184,6 +185,8 @@ def stale_files(report: Mapping[str, Any], root: Path) -> list[str]:
     """Files of the report whose source (as the report recorded it) differs from the tree's now."""
     changed = []
     for name, entry in sorted((report.get("files") or {}).items()):
+        if name == BOUNDARY_REPORT_FILE:  # boundary mutants edit no file of the project
+            continue
         source = entry.get("source")
         path = root / name
         if not isinstance(source, str) or not path.is_file() or path.read_text(encoding="utf-8") != source:

@@ -30,6 +30,9 @@ from falsify.harness.results import Outcome, load_results, per_prediction
 from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.semantic import report
+from falsify.mutation.semantic.boundary import MODES as BOUNDARY_MODES
+from falsify.mutation.semantic.boundary import OP as BOUNDARY_OP
+from falsify.mutation.semantic.boundary import boundary_mutants
 from falsify.mutation.semantic.matching import field_line
 from falsify.mutation.semantic.runner import SCOPES, Run, Runner, Settings, load
 from falsify.mutation.semantic.spec import preflight
@@ -72,6 +75,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="seconds per mutant (default: 60, or 5x the control run)",
     )
     p.add_argument("--diff", action="store_true", help="print each mutant's diff")
+    p.add_argument(
+        "--boundary",
+        choices=BOUNDARY_MODES,
+        default="auto",
+        help="boundary mutants (falsify's wrappers around the engine, docs/mutants.md): auto (default) for the "
+        "applicable pack predictions no mutant of yours lists, all for every pack prediction they kill, none",
+    )
     p.add_argument(
         "--fresh-control",
         action="store_true",
@@ -143,8 +153,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"mutants: FAIL — lint found {len(problems)} error(s); no mutant was run")
         return 1
     engine = resolve_engine(args.engine, project.engine, f"[tool.falsify] in {project.pyproject}")
-    check_engine(engine, project.import_roots)  # a usage error (exit 2) before any copy is made
-    mutants = corpus.mutants
+    made = check_engine(engine, project.import_roots)  # a usage error (exit 2) before any copy is made
+    boundary, left_out = boundary_mutants(corpus, made, args.boundary)
+    for line in left_out:
+        print(f"mutants: {line}")
+    mutants = [*corpus.mutants, *boundary]
     if args.ids:
         unknown = sorted(set(args.ids) - {m.id for m in mutants})
         if unknown:
@@ -152,13 +165,22 @@ def run(args: argparse.Namespace) -> int:
             return 2
         mutants = [m for m in mutants if m.id in args.ids]
     if not mutants:
-        print(f"mutants: no mutant found in {project.mutants} (an empty set is never a pass)")
+        print(
+            f"mutants: no mutant found in {project.mutants}, and no boundary mutant for a pack prediction "
+            "(an empty set is never a pass)"
+        )
         return EXIT_EMPTY
+    if boundary:
+        print(
+            f"mutants: {len(boundary)} boundary mutant(s) for pack predictions no mutant of yours lists "
+            f"(--boundary {args.boundary}): {', '.join(m.id for m in boundary)}"
+        )
     # What no run could get past (a regex re refuses, a build line no shell splits, a binary target...): named
     # per field now, not an ERROR row or a traceback after the control has run.
     refused = [
         Problem(m.path, field_line(m, field), field, message, "mutant-spec")
         for m in mutants
+        if m.op != BOUNDARY_OP
         for field, message in preflight(m, project.root)
     ]
     if refused:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from falsify.contracts.corpus import Corpus
+from falsify.contracts.corpus import Corpus, Mutant
 from falsify.mutation import executors
 from falsify.mutation.semantic.runner import Control, MutantResult, Runner, Settings, load
 from falsify.mutation.semantic.scratch import Scratch
@@ -14,13 +14,17 @@ from falsify.project import Project, find_project
 
 
 def run_mutant_in(
-    root: Path, settings: Settings, control: Control, mutant_id: str, timeout: float
+    root: Path, settings: Settings, control: Control, mutant_id: str | Mutant, timeout: float
 ) -> MutantResult:
-    """One mutant's falsifiers in a scratch copy of the project at `root` (a node's unpacked snapshot)."""
+    """One mutant's falsifiers in a scratch copy of the project at `root` (a node's unpacked snapshot); a boundary
+    mutant, which no file of the snapshot holds, comes as its record."""
     project, corpus = executors.kept(("corpus", root), lambda: _linted(root))
     runner = Runner(project, corpus, settings, progress=lambda _line: None)
     runner.control = control
-    mutant = next(m for m in corpus.mutants if m.id == mutant_id)
+    if isinstance(mutant_id, Mutant):
+        mutant = mutant_id
+    else:
+        mutant = next(m for m in corpus.mutants if m.id == mutant_id)
     # A mutant of falsify/ itself must not run in a fork of a server that imported the unmutated falsify.
     forked = settings.forkserver and not mutant.file.startswith("falsify/")
     scratch = executors.kept(("scratch", root, forked), lambda: _scratch(project, forked), Scratch.close)

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from falsify import __version__
+from falsify.engines.boundary.catalogue import ID_PREFIX
 from falsify.harness.proven import Proof, proofs
 from falsify.harness.proven import summary as proof_summary
 from falsify.harness.results import Outcome
 from falsify.mutation import stryker
+from falsify.mutation.semantic.boundary import OP as BOUNDARY_OP
 from falsify.mutation.semantic.runner import FAILING, MutantOutcome, MutantResult, Run
 from falsify.mutation.semantic.spec import read_target
 from falsify.mutation.semantic.targets import MutantSpecError
@@ -60,7 +62,9 @@ def render_rows(run: Run) -> str:
             [
                 r.mutant.id,
                 outcome_word(r),
-                f"{r.mutant.op} in {r.mutant.file}:{r.span.line if r.span else '?'}",
+                "boundary: wraps the engine"
+                if r.mutant.op == BOUNDARY_OP
+                else f"{r.mutant.op} in {r.mutant.file}:{r.span.line if r.span else '?'}",
                 str(len(r.tests)),
                 f"{r.seconds:.1f}s",
                 "" if r.cpu is None else f"{r.cpu:.1f}s",
@@ -117,7 +121,16 @@ def proof_lines(run: Run, not_applicable: Iterable[str] = ()) -> str:
     (NOT APPLICABLE to the engine) are counted apart, never UNPROVEN."""
     skip = set(not_applicable)
     proved = proofs(run.corpus, red_by_mutant(run), cannot_show(run))
-    lines = [f"mutants: {len(proved)} predictions: {proof_summary(proved, skip)} by this run"]
+    weak = sum(
+        1
+        for pid, proof in proved.items()
+        if pid not in skip
+        and proof.status is Proof.PROVEN
+        and proof.red_by
+        and all(map(is_boundary, proof.red_by))
+    )
+    also = f" ({weak} of them by boundary mutants only)" if weak else ""
+    lines = [f"mutants: {len(proved)} predictions: {proof_summary(proved, skip)} by this run{also}"]
     proved = {pid: p for pid, p in proved.items() if pid not in skip}
     ran = {r.mutant.id for r in run.results}
     elsewhere = [
@@ -127,6 +140,7 @@ def proof_lines(run: Run, not_applicable: Iterable[str] = ()) -> str:
     ]
     if elsewhere:
         lines.append(f"  {len(elsewhere)} of them are listed only by mutants this run did not include")
+    boundary = [r for r in run.results if r.mutant.op == BOUNDARY_OP]
     for pid, proof in proved.items():
         if proof.status is Proof.UNPROVEN and pid not in elsewhere:
             why = (
@@ -134,7 +148,24 @@ def proof_lines(run: Run, not_applicable: Iterable[str] = ()) -> str:
                 if proof.expected
                 else "no mutant lists it"
             )
+            # the boundary mutants that were to prove it, with their outcome: the reason it stays unproven
+            tried = [r for r in boundary if pid in r.mutant.kills]
+            if tried:
+                why = "; ".join(
+                    f"boundary mutant {r.mutant.id} {r.outcome}"
+                    + (" but it stayed green" if r.outcome is MutantOutcome.KILLED else "")
+                    + (
+                        f" ({' '.join(r.detail.split())[:160]})"
+                        if r.detail and r.outcome is not MutantOutcome.KILLED
+                        else ""
+                    )
+                    for r in tried
+                )
             lines.append(f"  UNPROVEN {pid}: {why}")
+        elif proof.status is Proof.PROVEN and proof.red_by and all(is_boundary(m) for m in proof.red_by):
+            lines.append(
+                f"  proven {pid} by boundary mutants only (a weaker proof): {', '.join(proof.red_by)}"
+            )
         elif proof.status is Proof.EXCUSED:
             lines.append(f"  unproven {pid} (reviewed): {proof.because}")
         elif proof.status is Proof.CANNOT_SHOW:
@@ -142,6 +173,10 @@ def proof_lines(run: Run, not_applicable: Iterable[str] = ()) -> str:
                 f"  {pid} cannot be shown here (its mutants' rows say whose reason: the engine's or the machine's)"
             )
     return "\n".join(lines)
+
+
+def is_boundary(mutant_id: str) -> bool:
+    return mutant_id.startswith(ID_PREFIX)
 
 
 def verdict(run: Run, lenient: bool = False, not_applicable: Iterable[str] = ()) -> tuple[str, bool]:
@@ -220,7 +255,7 @@ def to_stryker(run: Run) -> dict[str, Any]:
         m = r.mutant
         if m.file not in files:
             try:  # a target the run refused (binary, too large, gone) is shown empty, its row says why
-                source = read_target(run.project.root, m)
+                source = read_target(run.project.root, m) if m.op != BOUNDARY_OP else ""
             except MutantSpecError:
                 source = ""
             files[m.file] = (source, [])

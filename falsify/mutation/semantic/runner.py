@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from falsify.contracts.corpus import Corpus, Mutant
+from falsify.engines.boundary.catalogue import ENV as BOUNDARY_ENV
 from falsify.harness.command import falsifier_args, falsifier_dirs, target
 from falsify.harness.proven import CANNOT_SHOW_REASON
 from falsify.harness.results import Outcome, per_prediction
 from falsify.mutation import executors
 from falsify.mutation.executors import available_cores
 from falsify.mutation.semantic import edits, probe
+from falsify.mutation.semantic.boundary import OP as BOUNDARY_OP
 from falsify.mutation.semantic.control import Control, green_text, reuse_or_run
 from falsify.mutation.semantic.edits import Applied, MutantSpecError, Span, StaleMutant, apply
 from falsify.mutation.semantic.scratch import Finished, Interrupted, Scratch
@@ -145,6 +147,7 @@ class Runner:
         timeout: float | None,
         stop_when_red: tuple[str, ...] = (),
         engine: str | None = None,
+        boundary: str | None = None,
     ) -> tuple[Finished, dict[str, Any] | None, dict[str, Any]]:
         rel = lambda p: p.relative_to(self.project.root)  # noqa: E731
         results, probe_out = tree / ".falsify-results.json", tree / ".falsify-probe.json"
@@ -168,6 +171,9 @@ class Runner:
         env[probe.MODULES_ENV] = ",".join(self.modules)
         env[probe.OUT_ENV] = str(probe_out)
         env[probe.STOP_ENV] = ",".join(stop_when_red)
+        env.pop(BOUNDARY_ENV, None)  # only a boundary mutant's own run wraps the engine
+        if boundary is not None:
+            env[BOUNDARY_ENV] = boundary
         finished = scratch.run_pytest(argv, cwd=tree, env=env, timeout=timeout)
         return finished, _json(results), _json(probe_out) or {}
 
@@ -296,6 +302,8 @@ class Runner:
             return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {type(exc).__name__}: {exc}")
 
     def _run_mutant(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
+        if m.op == BOUNDARY_OP:
+            return self._run_boundary(scratch, m, timeout)
         try:  # lint refuses these too; checked again where the file is used
             source = read_target(self.project.root, m)
             applied = apply(source, edits.edit_of(m), m.file)
@@ -347,7 +355,7 @@ class Runner:
         try:
             # _judge compares the imported file with the mutated one while the copy still exists.
             return self._judge(
-                m, applied, diff, tests, *self._run_in(scratch, tree, m, applied, tests, timeout)
+                m, applied.span, diff, tests, *self._run_in(scratch, tree, m, applied, tests, timeout)
             )
         except MutantSpecError as exc:
             return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span, detail=str(exc))
@@ -372,7 +380,7 @@ class Runner:
     def _judge(
         self,
         m: Mutant,
-        applied: Applied,
+        span: Span | None,
         diff: str,
         tests: list[str],
         finished: Finished,
@@ -385,7 +393,7 @@ class Runner:
         result = partial(
             MutantResult,
             diff=diff,
-            span=applied.span,
+            span=span,
             tests=tuple(tests),
             seconds=finished.seconds,
             cpu=probed.get("cpu"),
@@ -394,7 +402,7 @@ class Runner:
             return result(
                 m, MutantOutcome.TIMEOUT, detail=f"the falsifiers ran past {finished.seconds:.0f} s"
             )
-        name = self.module_of(m.file) if m.op != "text" else None
+        name = self.module_of(m.file) if m.op not in ("text", BOUNDARY_OP) else None
         file = imported.get(name) if name is not None else None
         if file is not None and Path(file).resolve() != target.resolve():
             return result(
@@ -434,6 +442,33 @@ class Runner:
             detail = f"{len(ran)} falsifiers stayed green"
         return result(m, MutantOutcome.SURVIVED, (), missed, (), outcomes, detail=detail)
 
+    def _run_boundary(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
+        """A boundary mutant (boundary.py): no edit; the falsifiers of its `kills` on an unmutated copy, with the
+        engine wrapped by the bug class it plants (FALSIFY_BOUNDARY_MUTANT)."""
+        assert self.control is not None
+        error = partial(MutantResult, m, MutantOutcome.ERROR)
+        machine = [r for r in self.control.rows if r.id in m.kills and r.cannot_show]
+        if len(machine) == len(m.kills):
+            detail = f"{CANNOT_SHOW_REASON}{', '.join(r.id for r in machine)}\n" + "; ".join(
+                r.detail for r in machine
+            )
+            return MutantResult(m, MutantOutcome.CANNOT_SHOW, detail=detail)
+        not_run = [pid for pid in m.kills if _control_outcome(self.control, pid) is not Outcome.PASS]
+        if not_run:
+            return error(detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill")
+        tests = self.selected_tests(m)
+        if not tests:
+            return error(detail="no falsifier is bound to the predictions in `kills`")
+        tree = scratch.copy(m.id)
+        try:
+            stop = () if self.settings.full else m.kills
+            finished, data, probed = self.pytest(
+                scratch, tree, tests, timeout=timeout, stop_when_red=stop, boundary=m.plants
+            )
+            return self._judge(m, None, "", tests, finished, data, probed, tree)
+        finally:
+            scratch.remove(tree)
+
     def _run_text(
         self, scratch: Scratch, m: Mutant, applied: Applied, diff: str, timeout: float
     ) -> MutantResult:
@@ -459,7 +494,7 @@ class Runner:
                     scratch, tree, tests, timeout=timeout, stop_when_red=stop, engine=engine
                 )
                 if stage == "mutant":
-                    return self._judge(m, applied, diff, tests, finished, data, probed, tree / m.file)
+                    return self._judge(m, applied.span, diff, tests, finished, data, probed, tree / m.file)
                 rows = {r.id: r for r in per_prediction(self.corpus, data)} if data is not None else {}
                 green = [pid for pid in m.kills if pid in rows and rows[pid].outcome is Outcome.PASS]
                 if len(green) != len(m.kills):
@@ -537,7 +572,10 @@ class Runner:
         copies under `scratch`, or one Ray task per mutant (remote.run_mutant_in, in a snapshot of the project)."""
         if self.settings.executor == "ray":
             assert self.control is not None
-            tasks = [(self.settings, self.control, m.id, timeout) for m in mutants]
+            # a boundary mutant is in no mutant file the worker's snapshot holds: it goes as its record
+            tasks = [
+                (self.settings, self.control, m if m.op == BOUNDARY_OP else m.id, timeout) for m in mutants
+            ]
             root, address = self.project.root, self.settings.address or "auto"
             task = "falsify.mutation.semantic.remote:run_mutant_in"  # by name: remote.py imports this module
             return executors.ray_tasks(task, tasks, root, address, scratch.exclude, self.say)
