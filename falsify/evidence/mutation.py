@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from falsify.contracts.corpus import Corpus, Mutant
+from falsify.engines.boundary.catalogue import REPORT_FILE as BOUNDARY_REPORT_FILE
 from falsify.evidence.digests import canonical, scrub, sha256_bytes
 from falsify.evidence.tree import EvidenceError
 from falsify.harness.proven import cannot_show_from_stryker
@@ -42,10 +43,16 @@ class MutantOutcome:
         str, ...
     ] = ()  # a CANNOT SHOW mutant's predictions, which this machine cannot show false
 
+    @property
+    def kind(self) -> str:
+        """ "boundary" for a boundary mutant (falsify's wrapper around the engine, no file edited), else "source"."""
+        return "boundary" if self.file == BOUNDARY_REPORT_FILE else "source"
+
     def as_json(self) -> dict[str, Any]:
         out = {
             "id": self.id,
             "status": self.status,
+            "kind": self.kind,
             "file": self.file,
             "diffDigest": {"sha256": self.diff_sha256},
             "killedPredictions": list(self.killed),

@@ -164,7 +164,8 @@ def _killed(p: dict[str, Any]) -> str:
     """The mutants this prediction turned red; "not run" when its listed mutants were not run, never "none";
     UNPROVEN when none did, or the contract's reviewed reason."""
     if p["mutantsKilled"]:
-        return ", ".join(m["id"] for m in p["mutantsKilled"])
+        names = ", ".join(m["id"] for m in p["mutantsKilled"])
+        return f"{names} (boundary only: a weaker proof)" if p.get("provenBy") == "boundary" else names
     if p.get("proven") == "EXCUSED":
         return f"unproven (reviewed): {p.get('unprovenBecause', '')}"
     if p.get("proven") == "UNPROVEN":

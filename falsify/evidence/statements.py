@@ -496,7 +496,18 @@ def _prediction_entry(
                 "diffDigest": {"sha256": m.diff_sha256} if m else None,
             }
         )
-    killed = [{"id": m.id, "diffDigest": {"sha256": m.diff_sha256}} for m in mutants if r.id in m.killed]
+    killed = [
+        {"id": m.id, "diffDigest": {"sha256": m.diff_sha256}, "kind": m.kind}
+        for m in mutants
+        if r.id in m.killed
+    ]
+    # A boundary mutant (falsify's wrapper around the engine) shows the check reaches this engine and fails on the
+    # bug class, not that the engine's source is tested: the weaker proof is named as such.
+    proven_by = (
+        {}
+        if not killed
+        else {"provenBy": "source" if any(k["kind"] == "source" for k in killed) else "boundary"}
+    )
     return {
         "id": r.id,
         "contract": contract.id,
@@ -519,4 +530,5 @@ def _prediction_entry(
         "costs": costs,
         "mutants": declared,
         "mutantsKilled": killed,
+        **proven_by,
     }

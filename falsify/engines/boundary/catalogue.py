@@ -27,6 +27,10 @@ def _cancel(n: int) -> str:
     return f"FALSIFY-SERVE-CANCEL-{n:03d}"
 
 
+def _prefill(n: int) -> str:
+    return f"FALSIFY-SERVE-PREFILL-{n:03d}"
+
+
 def _sample(n: int) -> str:
     return f"FALSIFY-SERVE-SAMPLE-{n:03d}"
 
@@ -58,6 +62,46 @@ CATALOGUE: tuple[BoundaryMutant, ...] = (
         (_cancel(11),),
     ),
     BoundaryMutant(
+        "cancel-flushes-stale-token",
+        "a cancelled run flushes one more token before it stops, its last token again (sampled from the logits it "
+        "already held)",
+        "generate",
+        (_cancel(6),),
+    ),
+    BoundaryMutant(
+        "session-decode-keeps-stale-logits",
+        "a run on a used session takes its first token from stale logits: the first token of the session's "
+        "earlier run",
+        "generate",
+        (_cancel(13),),
+    ),
+    BoundaryMutant(
+        "state-reset-between-chunks",
+        "each prefill chunk after the first computes its logits as if the state had been reset (on a fresh "
+        "state); the state itself still advances",
+        "prefill",
+        (_prefill(1), _prefill(2), _prefill(11)),
+    ),
+    BoundaryMutant(
+        "prefill-polls-after-the-chunk",
+        "a stepped prefill's run(cancel) polls the cancel token after each chunk instead of before it: a cancel "
+        "seen at the poll before chunk k + 1 lets that chunk run",
+        "prefill",
+        (_prefill(3),),
+    ),
+    BoundaryMutant(
+        "cut-at-multiples-of-the-cap",
+        "a prefill chunk that crosses a multiple of chunk_cap is cut there too (two forward calls)",
+        "prefill",
+        (_prefill(21),),
+    ),
+    BoundaryMutant(
+        "state-copy-aliases",
+        "a state's copy() returns the state itself, not an independent copy",
+        "prefill",
+        (_prefill(20),),
+    ),
+    BoundaryMutant(
         "temperature-ignored",
         "the sampler samples at temperature 1 whatever it was given (bad temperatures are still refused)",
         "sample",
@@ -67,13 +111,13 @@ CATALOGUE: tuple[BoundaryMutant, ...] = (
         "top-k-ignored",
         "the sampler keeps every token whatever top_k it was given (a bad top_k is still refused)",
         "sample",
-        (_sample(1), _sample(2)),
+        (_sample(1), _sample(2), _sample(3)),
     ),
     BoundaryMutant(
         "top-p-ignored",
         "the sampler keeps every token whatever top_p it was given (a bad top_p is still refused)",
         "sample",
-        (_sample(1), _sample(2)),
+        (_sample(1), _sample(2), _sample(3)),
     ),
     BoundaryMutant(
         "top-p-unchecked",

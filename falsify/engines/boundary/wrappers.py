@@ -54,6 +54,19 @@ class BoundaryEngine:
         tap = _Tap(model)
         return _Session(self._engine.session(tap), tap, self.boundary_mutant)
 
+    def load_model(self, *args: Any, **kwargs: Any) -> Any:
+        model = self._engine.load_model(*args, **kwargs)
+        if self.boundary_mutant == "state-copy-aliases":
+            _alias_copies(model)
+        return model
+
+    def prefill(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.boundary_mutant in ("state-reset-between-chunks", "cut-at-multiples-of-the-cap"):
+            cap = kwargs.get("chunk_cap", args[2] if len(args) > 2 else None)
+            model = _PrefillTap(model, self.boundary_mutant, cap)
+        made = self._engine.prefill(model, *args, **kwargs)
+        return _PollAfterChunk(made) if self.boundary_mutant == "prefill-polls-after-the-chunk" else made
+
     def sampler(
         self, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None, seed: int = 0
     ) -> Any:
@@ -75,6 +88,24 @@ class BoundaryEngine:
         if self.boundary_mutant != "greedy-in-half-precision":
             return inner
         return lambda logits: inner(np.asarray(logits, np.float32).astype(np.float16).astype(np.float32))
+
+
+class _PollAfterChunk:
+    """A stepped prefill whose run(cancel) polls after each chunk, not before it; every other attribute is the
+    prefill's."""
+
+    def __init__(self, prefill: Any) -> None:
+        self._prefill = prefill
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._prefill, name)
+
+    def run(self, cancel: Any = None) -> bool:
+        while not self._prefill.done:
+            self._prefill.step()
+            if cancel is not None and cancel.is_cancelled():
+                return bool(self._prefill.done)
+        return True
 
 
 def _in_unit(top_p: Any) -> bool:
@@ -104,6 +135,55 @@ class _Tap:
         copy = getattr(state, "copy", None)
         target = copy() if callable(copy) else state
         self._model.forward(np.asarray(list(tokens), dtype=np.int64), target)
+
+
+def _alias_copies(model: Any) -> None:
+    """Make every state of the model's state class answer copy() with itself. The class is patched, not a
+    proxy put in front of each state: the engine's own code gets its own state objects back. The patch lives as
+    long as the process, which is the boundary mutant's own pytest run."""
+    state = model.new_state()
+    cls = type(state)
+    if getattr(cls, "_falsify_aliased", False):
+        return
+    cls.copy = lambda self: self
+    cls._falsify_aliased = True
+    release = getattr(state, "release", None)
+    if callable(release):
+        release()
+
+
+class _PrefillTap:
+    """The model a prefill runs on under the prefill mutants: every attribute is the model's; `forward` is the
+    engine's chunk, changed as the mutant says (see catalogue.py)."""
+
+    def __init__(self, model: Any, mutant_id: str, chunk_cap: int | None) -> None:
+        self._model = model
+        self._mutant = mutant_id
+        self._cap = chunk_cap
+        self._chunks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def forward(self, tokens: Any, state: Any) -> Any:
+        self._chunks += 1
+        ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if self._mutant == "cut-at-multiples-of-the-cap" and self._cap:
+            start = int(state.pos)
+            inner = [
+                m - start for m in range((start // self._cap + 1) * self._cap, start + len(ids), self._cap)
+            ]
+            pieces = [self._model.forward(part, state) for part in np.split(ids, inner) if len(part)]
+            return None if any(p is None for p in pieces) else np.concatenate(pieces)
+        logits = self._model.forward(ids, state)
+        if self._mutant == "state-reset-between-chunks" and self._chunks > 1 and logits is not None:
+            base = getattr(self._model, "wrapped", self._model)  # not through the harness's recorder
+            fresh = base.new_state()
+            logits = base.forward(ids, fresh)
+            release = getattr(fresh, "release", None)
+            if callable(release):
+                release()
+        return logits
 
 
 class _PollAfterForward:
@@ -143,6 +223,9 @@ class _Session:
         self._session = session
         self._tap = tap
         self._mutant = mutant_id
+        self._first: int | None = (
+            None  # the first token this session emitted (session-decode-keeps-stale-logits)
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
@@ -175,6 +258,14 @@ class _Session:
             self._tap.extra_forward([int(run.tokens[-1])], self._tap.last_state)
         if self._mutant == "record-misses-a-decode":
             return _miscounted(run)
+        tokens = [int(t) for t in run.tokens]
+        if self._mutant == "cancel-flushes-stale-token" and str(run.stop_reason) == "cancelled" and tokens:
+            seen(tokens[-1])
+            return _Record(run, tokens=(*tokens, tokens[-1]), emitted=len(tokens) + 1)
+        if self._mutant == "session-decode-keeps-stale-logits" and tokens:
+            first, self._first = self._first, self._first if self._first is not None else tokens[0]
+            if first is not None:
+                return _Record(run, tokens=(first, *tokens[1:]))
         return run
 
 
@@ -193,14 +284,15 @@ def _miscounted(run: Any) -> Any:
             return dataclasses.replace(run, **changes)
         except (TypeError, ValueError):
             pass
-    return _Record(run, max(decode - 1, 0), claims)
+    return _Record(run, decode_forwards=max(decode - 1, 0), claims=claims)
 
 
 class _Record:
-    def __init__(self, run: Any, decode_forwards: int, claims: dict[str, Any]) -> None:
+    """A run record with some fields changed; every other is the record's."""
+
+    def __init__(self, run: Any, **changed: Any) -> None:
         self._run = run
-        self.decode_forwards = decode_forwards
-        self.claims = claims
+        self.__dict__.update(changed)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._run, name)
