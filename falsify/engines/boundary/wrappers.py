@@ -196,6 +196,7 @@ class _PollAfterForward:
         self._prompt = list(prompt)
         self._emitted = emitted
         self._done = False
+        self.pending_prefill = False
 
     @property
     def polls(self) -> int:
@@ -211,8 +212,15 @@ class _PollAfterForward:
             if self._emitted and self._tap.last_state is not None:
                 self._tap.extra_forward([self._emitted[-1]], self._tap.last_state)
             elif not self._emitted:
-                self._tap.extra_forward(self._prompt, self._tap.new_state())
+                # made once the run has returned: a wire engine's connection is busy inside its generate
+                self.pending_prefill = True
         return cancelled
+
+    def flush(self) -> None:
+        """The prefill a poll after it would have thrown away, for a run cancelled before its first token."""
+        if self.pending_prefill:
+            self.pending_prefill = False
+            self._tap.extra_forward(self._prompt, self._tap.new_state())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._token, name)
@@ -253,6 +261,8 @@ class _Session:
         if sampler is not None:
             kwargs["sampler"] = sampler
         run = self._session.generate(prompt, max_tokens, **kwargs)
+        if isinstance(cancel, _PollAfterForward):
+            cancel.flush()
         ended = str(run.stop_reason) != "cancelled" and len(run.tokens) > 0
         if self._mutant == "forward-after-last-token" and ended and self._tap.last_state is not None:
             self._tap.extra_forward([int(run.tokens[-1])], self._tap.last_state)
