@@ -267,6 +267,22 @@ def _one_line(text: str, tail: int = 400) -> str:
     return " ".join(head.split()) + (f"; stderr: {stderr}" if sep else "")
 
 
+def with_boundary(engine: Any) -> Any:
+    """`engine`, wrapped by the boundary mutant FALSIFY_BOUNDARY_MUTANT names, if any: `falsify mutants` sets it for
+    a boundary mutant's own pytest run (falsify/engines/boundary). An unknown name is an EngineError."""
+    from falsify.engines.boundary.catalogue import ENV as BOUNDARY_ENV
+
+    name = os.environ.get(BOUNDARY_ENV)
+    if not name:
+        return engine
+    from falsify.engines.boundary.wrappers import BoundaryError, wrap
+
+    try:
+        return wrap(engine, name)
+    except BoundaryError as exc:
+        raise EngineError(f"{BOUNDARY_ENV}: {exc}") from None
+
+
 def check_engine(spec: str, roots: Iterable[Path] = ()) -> Any:
     """load_engine, then refuse an engine that claims a capability without its methods. A wire engine's
     capabilities come from its handshake, checked (and reported per prediction) when the run starts."""

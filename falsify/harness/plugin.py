@@ -22,9 +22,8 @@ import pytest
 
 from falsify.contracts.corpus import Corpus, contract_dirs, project_corpus
 from falsify.contracts.packs import PackError, falsifiers_dir
-from falsify.engines.boundary.catalogue import ENV as BOUNDARY_ENV
 from falsify.engines.env_settings import test_timeout
-from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine
+from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine, with_boundary
 from falsify.errors import terminal_safe
 from falsify.harness import checks as check_module
 from falsify.harness import fixtures
@@ -127,19 +126,9 @@ class FalsifyPlugin:
         if self._engine is None:
             roots = self.project.import_roots if self.project else (self.config.rootpath,)
             try:
-                self._engine = check_engine(self.engine_spec(), roots)
+                self._engine = with_boundary(check_engine(self.engine_spec(), roots))
             except EngineError as exc:
                 raise pytest.UsageError(f"falsify: {exc}") from None
-            boundary = os.environ.get(BOUNDARY_ENV)
-            if (
-                boundary
-            ):  # `falsify mutants` running a boundary mutant: the engine with that bug class injected
-                from falsify.engines.boundary.wrappers import BoundaryError, wrap
-
-                try:
-                    self._engine = wrap(self._engine, boundary)
-                except BoundaryError as exc:
-                    raise pytest.UsageError(f"falsify: {BOUNDARY_ENV}: {exc}") from None
         return self._engine
 
     # -- binding ---------------------------------------------------------------------------------------------

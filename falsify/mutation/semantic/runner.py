@@ -172,8 +172,7 @@ class Runner:
         env[probe.OUT_ENV] = str(probe_out)
         env[probe.STOP_ENV] = ",".join(stop_when_red)
         env.pop(BOUNDARY_ENV, None)  # only a boundary mutant's own run wraps the engine
-        if boundary is not None:
-            env[BOUNDARY_ENV] = boundary
+        env.update({BOUNDARY_ENV: boundary} if boundary else {})
         finished = scratch.run_pytest(argv, cwd=tree, env=env, timeout=timeout)
         return finished, _json(results), _json(probe_out) or {}
 
@@ -302,69 +301,61 @@ class Runner:
             return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {type(exc).__name__}: {exc}")
 
     def _run_mutant(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
-        if m.op == BOUNDARY_OP:
-            return self._run_boundary(scratch, m, timeout)
+        applied: Applied | None = None  # a boundary mutant (boundary.py) edits nothing: it wraps the engine
         try:  # lint refuses these too; checked again where the file is used
-            source = read_target(self.project.root, m)
-            applied = apply(source, edits.edit_of(m), m.file)
+            if m.op != BOUNDARY_OP:
+                applied = apply(read_target(self.project.root, m), edits.edit_of(m), m.file)
         except StaleMutant as exc:
             return MutantResult(m, MutantOutcome.STALE, detail=str(exc))
         except MutantSpecError as exc:
             return MutantResult(m, MutantOutcome.ERROR, detail=f"{m.path}: {exc.field or 'mutant'}: {exc}")
-        diff = applied.diff(m.file)
+        diff, span = (applied.diff(m.file), applied.span) if applied is not None else ("", None)
         assert self.control is not None
-        if m.op == "text":  # its own control run, under its own `engine`, must be green first (_run_text)
+        if m.op == "text" and applied is not None:  # its own control run, under its own `engine`, first
             return self._run_text(scratch, m, applied, diff, timeout)
+        error = partial(MutantResult, m, MutantOutcome.ERROR, diff=diff, span=span)
         machine = [r for r in self.control.rows if r.id in m.kills and r.cannot_show]
         if m.kills and len(machine) == len(m.kills):
-            return MutantResult(
-                m,
-                MutantOutcome.CANNOT_SHOW,
-                diff=diff,
-                span=applied.span,
-                detail=f"{CANNOT_SHOW_REASON}{', '.join(r.id for r in machine)}\n"
-                + "; ".join(r.detail for r in machine),
+            why = f"{CANNOT_SHOW_REASON}{', '.join(r.id for r in machine)}\n" + "; ".join(
+                r.detail for r in machine
             )
+            return MutantResult(m, MutantOutcome.CANNOT_SHOW, diff=diff, span=span, detail=why)
         not_run = [pid for pid in m.kills if _control_outcome(self.control, pid) is not Outcome.PASS]
         if not_run:
-            return MutantResult(
-                m,
-                MutantOutcome.ERROR,
-                diff=diff,
-                span=applied.span,
-                detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill",
-            )
-        if self.control.imported.get(self.module_of(m.file)) is None:
-            return MutantResult(
-                m,
-                MutantOutcome.ERROR,
-                diff=diff,
-                span=applied.span,
-                detail=f"no falsifier imports {self.module_of(m.file)}: nothing could see this mutant",
+            return error(detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill")
+        if applied is not None and self.control.imported.get(self.module_of(m.file)) is None:
+            return error(
+                detail=f"no falsifier imports {self.module_of(m.file)}: nothing could see this mutant"
             )
         tests = self.selected_tests(m)
         if not tests:
-            return MutantResult(
-                m,
-                MutantOutcome.ERROR,
-                diff=diff,
-                span=applied.span,
-                detail="no falsifier is bound to the predictions in `kills`",
-            )
+            return error(detail="no falsifier is bound to the predictions in `kills`")
         tree = scratch.copy(m.id)
         try:
             # _judge compares the imported file with the mutated one while the copy still exists.
-            return self._judge(
-                m, applied.span, diff, tests, *self._run_in(scratch, tree, m, applied, tests, timeout)
-            )
+            return self._judge(m, span, diff, tests, *self._run_in(scratch, tree, m, applied, tests, timeout))
         except MutantSpecError as exc:
-            return MutantResult(m, MutantOutcome.ERROR, diff=diff, span=applied.span, detail=str(exc))
+            return error(detail=str(exc))
         finally:
             scratch.remove(tree)
 
     def _run_in(
-        self, scratch: Scratch, tree: Path, m: Mutant, applied: Applied, tests: list[str], timeout: float
+        self,
+        scratch: Scratch,
+        tree: Path,
+        m: Mutant,
+        applied: Applied | None,
+        tests: list[str],
+        timeout: float,
     ) -> tuple[Finished, dict[str, Any] | None, dict[str, Any], Path]:
+        """The mutant's falsifiers in `tree`: the edit written first, or (a boundary mutant, `applied` None) the
+        engine wrapped by FALSIFY_BOUNDARY_MUTANT."""
+        stop = () if self.settings.full else m.kills
+        if applied is None:
+            finished, data, probed = self.pytest(
+                scratch, tree, tests, timeout=timeout, stop_when_red=stop, boundary=m.plants
+            )
+            return finished, data, probed, tree
         bad = source_problem(tree, m.file)
         target = tree / m.file
         if bad or not target.resolve().is_relative_to(tree.resolve()):
@@ -373,7 +364,6 @@ class Runner:
         fd = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(applied.mutated)
-        stop = () if self.settings.full else m.kills
         finished, data, probed = self.pytest(scratch, tree, tests, timeout=timeout, stop_when_red=stop)
         return finished, data, probed, target
 
@@ -441,33 +431,6 @@ class Runner:
         else:
             detail = f"{len(ran)} falsifiers stayed green"
         return result(m, MutantOutcome.SURVIVED, (), missed, (), outcomes, detail=detail)
-
-    def _run_boundary(self, scratch: Scratch, m: Mutant, timeout: float) -> MutantResult:
-        """A boundary mutant (boundary.py): no edit; the falsifiers of its `kills` on an unmutated copy, with the
-        engine wrapped by the bug class it plants (FALSIFY_BOUNDARY_MUTANT)."""
-        assert self.control is not None
-        error = partial(MutantResult, m, MutantOutcome.ERROR)
-        machine = [r for r in self.control.rows if r.id in m.kills and r.cannot_show]
-        if len(machine) == len(m.kills):
-            detail = f"{CANNOT_SHOW_REASON}{', '.join(r.id for r in machine)}\n" + "; ".join(
-                r.detail for r in machine
-            )
-            return MutantResult(m, MutantOutcome.CANNOT_SHOW, detail=detail)
-        not_run = [pid for pid in m.kills if _control_outcome(self.control, pid) is not Outcome.PASS]
-        if not_run:
-            return error(detail=f"{', '.join(not_run)} did not pass in the control run, so cannot kill")
-        tests = self.selected_tests(m)
-        if not tests:
-            return error(detail="no falsifier is bound to the predictions in `kills`")
-        tree = scratch.copy(m.id)
-        try:
-            stop = () if self.settings.full else m.kills
-            finished, data, probed = self.pytest(
-                scratch, tree, tests, timeout=timeout, stop_when_red=stop, boundary=m.plants
-            )
-            return self._judge(m, None, "", tests, finished, data, probed, tree)
-        finally:
-            scratch.remove(tree)
 
     def _run_text(
         self, scratch: Scratch, m: Mutant, applied: Applied, diff: str, timeout: float
