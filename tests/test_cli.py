@@ -222,7 +222,12 @@ def test_gate_fails_naming_an_unbound_prediction(tmp_path: Path) -> None:
     )
     result = falsify("gate", cwd=root)
     assert result.returncode == 1
-    assert "FALSIFY-DEMO-002 (contracts/demo-serve-v1.yaml:19) is bound to no collected test" in result.stdout
+    # the message names the prediction's line as the YAML parser marks it (0-based: the line before its `- id:`)
+    line = CONTRACT.splitlines().index("  - id: FALSIFY-DEMO-002")
+    assert (
+        f"FALSIFY-DEMO-002 (contracts/demo-serve-v1.yaml:{line}) is bound to no collected test"
+        in result.stdout
+    )
     assert "binding problem" in result.stdout
     assert_no_traceback(result)
 
