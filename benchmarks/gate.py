@@ -79,7 +79,8 @@ def one_run(
     env = tree_env(root)
     with tempfile.TemporaryDirectory(prefix="falsify-gate-bench-") as out:
         cmd = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", out, *gate_args]
-        cmd += ["--", *pytest_args] + ([f"--hypothesis-seed={seed}"] if seed is not None else [])
+        after = [*pytest_args, *([f"--hypothesis-seed={seed}"] if seed is not None else [])]
+        cmd += ["--", *after] if after else []
         load_before = os.getloadavg()
         cpu, wall = children_cpu(), time.monotonic()
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)

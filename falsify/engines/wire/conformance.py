@@ -33,7 +33,7 @@ from falsify.engines.wire.messages import (
     V1_CAPABILITIES,
     WIRE_CAPABILITIES,
     ErrorCode,
-    carries,
+    batches,
 )
 from falsify.engines.wire.transports import HttpTransport, StdioTransport, TransportError
 from falsify.untrusted import boundedjson
@@ -237,7 +237,7 @@ def probes(engine: Any) -> list[Probe]:
         assert sampler(row) in (0, 1)
         assert engine.greedy()(np.array([0.0, 2.0, 2.0], np.float32)) == 1
         _refused(lambda: engine.sampler(temperature=float("nan")), "a NaN temperature")
-        if carries(engine.version, "sample_draws"):  # 1.2: one call, the same tokens as one draw at a time
+        if batches(engine.version):  # 1.2: one call, the same tokens as one draw at a time
             batched = engine.sampler(temperature=1.0, seed=7).draws(row, 9)
             one_by_one = engine.sampler(temperature=1.0, seed=7)
             singles = [one_by_one(row) for _ in range(9)]

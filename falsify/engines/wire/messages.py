@@ -62,16 +62,10 @@ V1_CAPABILITIES = ("generate", "state", "prefill")  # what falsify-engine/1 carr
 BATCHED = ("sample_draws",)
 
 
-def carries(version: str, method: str) -> bool:
-    """Whether the agreed protocol version carries `method` (a 1 engine: none of 1.1's capabilities; a 1 or 1.1
-    engine: none of 1.2's batched calls)."""
-    if method in BATCHED:
-        return version == PROTOCOL_VERSION
-    if version == V1:
-        return any(method in WIRE_CAPABILITIES[c] for c in V1_CAPABILITIES) or method not in {
-            m for methods in WIRE_CAPABILITIES.values() for m in methods
-        }
-    return True
+def batches(version: str) -> bool:
+    """Whether the agreed protocol version carries 1.2's batched calls (BATCHED): a 1.1 or 1 engine is asked one
+    call at a time."""
+    return version == PROTOCOL_VERSION
 
 
 # Methods the harness sends (the lifecycle's two, then every capability's), the engine sends, and which of them are

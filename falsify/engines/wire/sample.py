@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from falsify.engines.wire import errors
-from falsify.engines.wire.messages import encode_f32, encode_f64
+from falsify.engines.wire.messages import batches, encode_f32, encode_f64
 
 # The most draws one `sample_draws` asks for (its schema's maximum): an answer stays well under the line limit.
 MAX_DRAWS = 65536
@@ -91,9 +91,7 @@ class WireSampler:
         """`count` tokens drawn with the sampler's own seeded RNG on one row: what `count` calls of `self(logits)`
         answer, in order. A 1.2 engine answers them in `sample_draws` calls of at most MAX_DRAWS each; a 1.1
         engine is asked one `sample_draw` at a time."""
-        from falsify.engines.wire.messages import carries
-
-        if not carries(self.engine.version, "sample_draws"):
+        if not batches(self.engine.version):
             return np.array([self(logits) for _ in range(count)], np.int64)
         row, vocab = _logits(self.engine, logits)
         out: list[int] = []
