@@ -23,11 +23,6 @@ from falsify.untrusted import boundedjson
 MAX_REPLY = 16 * 2**20  # bytes of one reply read
 
 
-def prompt(engine: Any, seed: int, n: int) -> list[int]:
-    """n token ids, fixed by seed, within the served model's vocabulary (falsify/engines/adapters/openai_model.py)."""
-    return list(engine.prompt(seed, n))
-
-
 def post(engine: Any, path: str, body: dict[str, Any]) -> tuple[int, Any]:
     """Status and JSON reply (None unless 200) of one non-streamed POST, within the engine's request timeout."""
     conn = DeadlineConnection(engine.host, engine.port, time.monotonic() + engine.timeout)
@@ -87,7 +82,7 @@ LENGTH = 12  # tokens per reply
 @pytest.mark.falsifies("FALSIFY-OAI-011")
 @pytest.mark.parametrize("cut", list(CUT_TO_ONE))
 def test_a_cut_to_one_candidate_samples_the_greedy_reply(engine: Any, cut: str) -> None:
-    ids = prompt(engine, 9000, 12)
+    ids = engine.prompt(9000, 12)
     greedy = tokens_of(
         choice_of(post(engine, "/v1/completions", engine.body(ids, LENGTH, logprobs=1))[1]), "FALSIFY-OAI-011"
     )
@@ -164,7 +159,7 @@ def test_logprobs_are_a_distribution_led_by_the_greedy_token(engine: Any) -> Non
 @pytest.mark.falsifies("FALSIFY-OAI-013")
 @pytest.mark.parametrize("max_tokens", [1, 8])
 def test_usage_counts_the_prompt_and_adds_up(engine: Any, max_tokens: int) -> None:
-    ids = prompt(engine, 9100 + max_tokens, 12)
+    ids = engine.prompt(9100 + max_tokens, 12)
     status, reply = post(engine, "/v1/completions", engine.body(ids, max_tokens, logprobs=1))
     assert status == 200, f"POST /v1/completions answered {status}"
     usage = reply.get("usage")
@@ -211,7 +206,7 @@ def sse_data(engine: Any, path: str, body: dict[str, Any]) -> list[str]:
 @pytest.mark.falsifies("FALSIFY-OAI-014")
 @pytest.mark.parametrize("chat", [False, True])
 def test_a_stream_ends_with_done_after_one_finishing_chunk(engine: Any, chat: bool) -> None:
-    ids: list[int] | str = "Say something." if chat else prompt(engine, 9200, 12)
+    ids: list[int] | str = "Say something." if chat else engine.prompt(9200, 12)
     body = engine.body(ids, 8, chat=chat, stream=True, logprobs=1)
     data = sse_data(engine, "/v1/chat/completions" if chat else "/v1/completions", body)
     chunks = [boundedjson.loads(d, what="a stream chunk", max_bytes=MAX_LINE) for d in data if d != "[DONE]"]

@@ -19,12 +19,6 @@ import pytest
 import falsify
 
 
-def prompt(engine: Any, seed: int, n: int) -> list[int]:
-    """n token ids, fixed by seed, within the served model's vocabulary (learned from the server: [259, 512), the
-    tiny GGUF's " t<id>" pieces, on any vocabulary that large; falsify/engines/adapters/openai_model.py)."""
-    return list(engine.prompt(seed, n))
-
-
 def worded(piece: str) -> bool:
     """A piece to stop on: two or more visible characters (a word or a ' t<id>' piece, not a byte or a space)."""
     return len(piece.strip()) >= 2 and piece.isprintable() and "\ufffd" not in piece
@@ -49,7 +43,7 @@ def probe_prompt(engine: Any, seed: int, n: int = 1) -> list[int]:
     """An 8-token prompt, fixed by seed, whose greedy reply runs to n tokens without an end-of-text token (a probe
     whose first token ends the reply streams no token to time): the first of 20 seeds from `seed` that does."""
     for s in range(seed, seed + 20):
-        ids = prompt(engine, s, 8)
+        ids = engine.prompt(s, 8)
         if engine.complete(ids, n).finish_reason == "length":
             return ids
     not_run(f"no prompt of 20 from seed {seed} ran {n} tokens without an end-of-text token")
@@ -101,7 +95,7 @@ def read_k(engine: Any, seed: int, k: int) -> Any:
     """A DECODE_MAX_TOKENS stream of a fresh 16-token prompt, its first k tokens read."""
     if not engine.fits(16, DECODE_MAX_TOKENS):
         not_run(f"a 16-token prompt and max_tokens {DECODE_MAX_TOKENS} exceed the server's context")
-    stream = engine.open_stream(prompt(engine, seed, 16), DECODE_MAX_TOKENS)
+    stream = engine.open_stream(engine.prompt(seed, 16), DECODE_MAX_TOKENS)
     for _ in range(k):
         if not stream.next_token():
             stream.close()
@@ -213,10 +207,10 @@ def test_a_client_hung_up_during_prompt_processing_frees_the_slot(engine: Any) -
     idle = idle_ttft(engine, probe)
     # A fresh long prompt each time: a server with a prompt cache would reuse an earlier one's prefix.
     # When to hang up: HANG_UP_AT of the prefill time, first measured here, then kept up to date by each control.
-    prefill = first = ttft(engine, prompt(engine, 2001, PREFILL_PROMPT))
+    prefill = first = ttft(engine, engine.prompt(2001, PREFILL_PROMPT))
 
     def at_hang_up_point(seed: int) -> tuple[Any, float]:
-        stream = engine.open_stream(prompt(engine, seed, PREFILL_PROMPT), 1, wait=False)
+        stream = engine.open_stream(engine.prompt(seed, PREFILL_PROMPT), 1, wait=False)
         time.sleep(max(HANG_UP_AT * prefill - (time.perf_counter() - stream.t0), 0))
         return stream, time.perf_counter() - stream.t0
 
@@ -298,13 +292,13 @@ def test_a_client_hung_up_during_prompt_processing_stops_it_beside_others(engine
         return value
 
     before = quiet()
-    prefill = ttft(engine, prompt(engine, 2301, PREFILL_PROMPT))
+    prefill = ttft(engine, engine.prompt(2301, PREFILL_PROMPT))
     control = quiet() - before
     judged = 0
     for trial in range(TRIALS):
         start = quiet()
         stream = engine.open_stream(
-            prompt(engine, 2400 + trial, PREFILL_PROMPT), DECODE_MAX_TOKENS, wait=False
+            engine.prompt(2400 + trial, PREFILL_PROMPT), DECODE_MAX_TOKENS, wait=False
         )
         time.sleep(max(HANG_UP_AT * prefill - (time.perf_counter() - stream.t0), 0))
         at = reported(engine, "prompt_tokens_total") or 0.0
@@ -337,7 +331,7 @@ def test_a_client_hung_up_during_prompt_processing_stops_it_beside_others(engine
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 24])
 def test_max_tokens_is_exact(engine: Any, max_tokens: int, stream: bool) -> None:
-    ids = prompt(engine, 3000 + max_tokens, 12)
+    ids = engine.prompt(3000 + max_tokens, 12)
     longer = engine.complete(ids, max_tokens + 8, logprobs=1)
     reply = engine.complete(ids, max_tokens, logprobs=1, stream=stream)
     assert reply.n_tokens is not None, "the reply carries neither token ids nor logprob entries"
@@ -358,7 +352,7 @@ def stop_case(engine: Any, nth: int, spans: bool = False) -> tuple[list[int], An
     piece (the stop string; spans: with the next token's first character appended)."""
     unknown = 0
     for seed in range(4000, 4020):
-        ids = prompt(engine, seed, 12)
+        ids = engine.prompt(seed, 12)
         uncut = engine.complete(ids, 32, logprobs=1)
         pieces = engine.pieces(uncut)
         if pieces is None:
@@ -395,7 +389,7 @@ def test_usage_counts_the_reply(engine: Any, case: str, stream: bool) -> None:
         max_tokens = 32
     else:
         max_tokens = int(case.split()[1])
-        reply = engine.complete(prompt(engine, 3000 + max_tokens, 12), max_tokens, stream=stream, logprobs=1)
+        reply = engine.complete(engine.prompt(3000 + max_tokens, 12), max_tokens, stream=stream, logprobs=1)
     if reply.n_tokens is None:
         falsify.cannot_show(
             "FALSIFY-OAI-005",
@@ -471,7 +465,7 @@ def stop_string_case(engine: Any, nth: int, stream: bool, after_decoy: bool, spa
 def test_stream_and_whole_replies_agree(engine: Any, chat: bool, near_miss_stop: bool) -> None:
     stop: list[str] = []
     for seed in range(5000, 5020):
-        ids: list[int] | str = f"Say something {seed}." if chat else prompt(engine, seed, 12)
+        ids: list[int] | str = f"Say something {seed}." if chat else engine.prompt(seed, 12)
         if not near_miss_stop:
             break
         reply = engine.complete(ids, 24, chat=chat, logprobs=1)
@@ -510,9 +504,9 @@ def gap(a: Any, b: Any) -> float:
 @pytest.mark.falsifies("FALSIFY-OAI-008")
 @pytest.mark.parametrize("k", [1, 3])
 def test_a_request_gives_the_same_reply_alone_and_batched(engine: Any, k: int) -> None:
-    target = prompt(engine, 6000 + k, 12)
+    target = engine.prompt(6000 + k, 12)
     alone = engine.complete(target, 16, logprobs=1)
-    others = [engine.open_stream(prompt(engine, 6100 + 10 * k + i, 12), 64) for i in range(k)]
+    others = [engine.open_stream(engine.prompt(6100 + 10 * k + i, 12), 64) for i in range(k)]
     try:
         for other in others:
             assert other.next_token(), "a batch-mate's stream ended before its first token"
@@ -540,10 +534,10 @@ def test_a_request_gives_the_same_reply_alone_and_batched(engine: Any, k: int) -
 @pytest.mark.falsifies("FALSIFY-OAI-009")
 @pytest.mark.parametrize("shared", [8, 40])
 def test_a_reused_prefix_gives_the_fresh_reply(engine: Any, shared: int) -> None:
-    ids = prompt(engine, 7000 + shared, shared + 16)
-    engine.complete(prompt(engine, 7100 + shared, 24), 2)  # unrelated: nothing of ids to reuse
+    ids = engine.prompt(7000 + shared, shared + 16)
+    engine.complete(engine.prompt(7100 + shared, 24), 2)  # unrelated: nothing of ids to reuse
     fresh = engine.complete(ids, 16, logprobs=1)
-    engine.complete(ids[:shared] + prompt(engine, 7200 + shared, 16), 2)  # shares the prefix
+    engine.complete(ids[:shared] + engine.prompt(7200 + shared, 16), 2)  # shares the prefix
     reused = engine.complete(ids, 16, logprobs=1)
     falsify.check(
         "FALSIFY-OAI-009",
@@ -558,7 +552,7 @@ def test_a_reused_prefix_gives_the_fresh_reply(engine: Any, shared: int) -> None
 @pytest.mark.falsifies("FALSIFY-OAI-010")
 @pytest.mark.parametrize("seed", [7, 123457])
 def test_a_seeded_request_repeats(engine: Any, seed: int) -> None:
-    ids = prompt(engine, 8000, 12)
+    ids = engine.prompt(8000, 12)
 
     def run(s: int) -> list[Any]:
         return list(engine.complete(ids, 16, temperature=1.0, seed=s, logprobs=1).tokens)
