@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testkit_gate_cli import run_serving_falsifiers
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -216,31 +217,10 @@ def test_adapter_blocks(module: str, tmp_path: Path) -> None:
     assert tuple(claimed) == capabilities, check.stdout
     if not falsifiers:
         return
-    results = tmp_path / "results.json"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            *(str(falsifiers_dir("serving") / name) for name in falsifiers),
-            "--rootdir",
-            str(tmp_path),
-            "--engine",
-            engine,
-            "--falsify-results",
-            str(results),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    run, tests = run_serving_falsifiers(
+        tmp_path, engine, *(str(falsifiers_dir("serving") / n) for n in falsifiers)
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    tests = json.loads(results.read_text(encoding="utf-8"))["tests"]
     outcomes = {t["outcome"] for t in tests.values()}
     passed = sum(t["outcome"] == "passed" for t in tests.values())
     assert passed and outcomes <= {"passed", "skipped"}, outcomes

@@ -5,13 +5,10 @@ reason."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from testkit_gate_cli import run_serving_falsifiers
 
 from falsify.contracts.packs import falsifiers_dir
 
@@ -48,34 +45,14 @@ def test_prefill_004_fits_its_prompt_to_the_declared_context(
 ) -> None:
     (tmp_path / "small.py").write_text(SMALL.format(context=context), encoding="utf-8")
     (tmp_path / "pyproject.toml").write_text('[tool.falsify]\npacks = ["serving"]\n', encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    results = tmp_path / "results.json"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(falsifiers_dir("serving") / "test_lanes_host.py"),
-            "-k",
-            "test_decode_waits_at_most_one_chunk",
-            "--rootdir",
-            str(tmp_path),
-            "--engine",
-            "small:Engine",
-            "--falsify-results",
-            str(results),
-            "-p",
-            "no:cacheprovider",
-            "-q",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
+    run, tests = run_serving_falsifiers(
+        tmp_path,
+        "small:Engine",
+        str(falsifiers_dir("serving") / "test_lanes_host.py"),
+        "-k",
+        "test_decode_waits_at_most_one_chunk",
         timeout=600,
-        check=False,
     )
-    tests = json.loads(results.read_text(encoding="utf-8"))["tests"]
     assert len(tests) == 3, run.stdout[-3000:]
     for nid, record in tests.items():
         assert record["outcome"] == outcome, (nid, record, run.stdout[-2000:])

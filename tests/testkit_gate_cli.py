@@ -1,5 +1,6 @@
 """falsify in a child process, as a user runs it: `run_cli` for any command, `run_gate` for tests that judge the
-gate's exit code, its output and the rows of OUT/gate.json; `PYTEST` for a pack's falsifiers run by pytest itself."""
+gate's exit code, its output and the rows of OUT/gate.json; `PYTEST` for a pack's falsifiers run by pytest itself,
+`run_serving_falsifiers` for the serving pack's on an engine of a scratch project."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent
 FALSIFY = (sys.executable, "-m", "falsify.cli")
 # pytest in a child process, quiet, writing no .pytest_cache into the tree
 PYTEST = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider")
@@ -58,6 +60,21 @@ def run_gate(
         else {}
     )
     return proc, rows
+
+
+def run_serving_falsifiers(
+    root: Path, engine: str, *pytest_args: str, timeout: float = 900
+) -> tuple[subprocess.CompletedProcess[str], dict[str, dict[str, Any]]]:
+    """The serving pack's falsifiers run by pytest in the project at `root` (its modules importable, this checkout's
+    reference too) on `engine`, and results.json's test records; PYTEST_ARGS pick the files (by path) or tests."""
+    results = root / "results.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    args = [*pytest_args, "--rootdir", str(root), "--engine", engine, "--falsify-results", str(results)]
+    proc = subprocess.run(
+        [*PYTEST, *args], cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    tests = json.loads(results.read_text(encoding="utf-8"))["tests"] if results.is_file() else {}
+    return proc, tests
 
 
 def failing_budget_cancel_gate(
