@@ -18,7 +18,9 @@ import contextlib
 import os
 import secrets
 import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 MARK_ENV = "FALSIFY_ENGINE_MARK"
 GROUPS_ENV = "FALSIFY_ENGINE_GROUPS"
@@ -42,6 +44,15 @@ def record(pgid: int, token: str | None = None) -> None:
             os.write(fd, lines.encode())
         finally:
             os.close(fd)
+
+
+def start(argv: list[str], **popen: Any) -> tuple[subprocess.Popen[bytes], str]:
+    """Start an engine's process in a session and process group of its own, marked and recorded (see above):
+    subprocess.Popen's OSError and ValueError pass to the caller, which names the engine."""
+    env, token = marked_env()
+    process = subprocess.Popen(argv, start_new_session=True, env=env, **popen)
+    record(process.pid, token)
+    return process, token
 
 
 def recorded_marks(data: bytes) -> list[str]:

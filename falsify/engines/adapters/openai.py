@@ -163,23 +163,19 @@ class OpenAIEngine:
             # Its output goes to a file of its own, not the user's terminal (a server's log, or a control sequence,
             # is not falsify's output); its tail is quoted, on one line, when it exits before answering.
             self.log = tempfile.TemporaryFile()  # noqa: SIM115 -- the server's for its lifetime; close() closes it
-            env, self.mark = process_tree.marked_env()
             try:
-                self.process = subprocess.Popen(
+                self.process, self.mark = process_tree.start(
                     argv,
                     stdin=subprocess.DEVNULL,
                     stdout=self.log,
                     stderr=subprocess.STDOUT,
                     preexec_fn=_exit_with_parent,
-                    start_new_session=True,
-                    env=env,
                 )
             except (OSError, ValueError) as exc:  # no such program, not executable, a name too long
                 self.log.close()
                 raise OpenAIError(
                     f"engine {spec!r}: exec: cannot start {argv[0]!r}: {getattr(exc, 'strerror', None) or exc}"
                 ) from None
-            process_tree.record(self.process.pid, self.mark)
             atexit.register(self.close)
         else:
             try:

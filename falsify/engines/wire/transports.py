@@ -64,19 +64,12 @@ class StdioTransport:
         argv = split_command(command)
         self.description = f"exec:{command}"
         self.max_line = max_line
-        env, self.mark = process_tree.marked_env()  # what leaves the group is found by the mark (issue #48)
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env=env,
+        try:  # what leaves the group is found by the mark (issue #48)
+            self.proc, self.mark = process_tree.start(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
         except OSError as exc:
             raise TransportError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
-        process_tree.record(self.proc.pid, self.mark)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         assert self.proc.stdin is not None
         self._out, self._err = self.proc.stdout.fileno(), self.proc.stderr.fileno()
