@@ -132,7 +132,9 @@ def test_leaving_mid_pass_returns_the_lane(engine: Any, model: Any, leave_round:
     assert other in host.streams()
 
 
-def run_pair(engine: Any, model: Any, at_round: int | None, action: str) -> tuple[list[int], int, str]:
+def run_pair(engine: Any, model: Any, at_round: int | None, action: str) -> dict[str, Any]:
+    """B's tokens, decode forwards and state, named as PREFILL-006 names them, when A is cancelled or left
+    before round `at_round` (None: neither)."""
     host = engine.lane_host(model, chunk_cap=64, pages=64, page_size=PAGE_SIZE)
     a = host.submit(prompt_of(model, 200, 11), 6)
     b = host.submit(prompt_of(model, 70, 12), 12)
@@ -142,16 +144,20 @@ def run_pair(engine: Any, model: Any, at_round: int | None, action: str) -> tupl
             host.cancel(a) if action == "cancel" else host.leave(a)
         host.round()
         r += 1
-    return host.tokens(b), host.stats(b).decode_forwards, host.state_digest(b)
+    return {
+        "b_tokens": host.tokens(b),
+        "b_forwards": host.stats(b).decode_forwards,
+        "b_state": host.state_digest(b),
+    }
 
 
 @pytest.fixture(scope="module")
 def undisturbed_pair(engine: Any, model: Any) -> Any:
     """B's tokens, decode forwards and state when A is neither cancelled nor left: the reference every case of
     PREFILL-006 compares with, the same run for all of them, so run once per module (as `alone` is)."""
-    cache: list[tuple[list[int], int, str]] = []
+    cache: list[dict[str, Any]] = []
 
-    def run() -> tuple[list[int], int, str]:
+    def run() -> dict[str, Any]:
         if not cache:
             cache.append(run_pair(engine, model, None, "cancel"))
         return cache[0]
@@ -179,19 +185,10 @@ def undisturbed_pair(engine: Any, model: Any) -> Any:
 def test_cancel_or_leave_of_a_never_changes_b(
     engine: Any, model: Any, undisturbed_pair: Any, at_round: int, action: str
 ) -> None:
-    ref_tokens, ref_forwards, ref_state = undisturbed_pair()
-    tokens, forwards, state = run_pair(engine, model, at_round, action)
-    falsify.check(
-        "FALSIFY-SERVE-PREFILL-006",
-        at_round=at_round,
-        action=action,
-        b_tokens=tokens,
-        b_tokens_ref=ref_tokens,
-        b_forwards=forwards,
-        b_forwards_ref=ref_forwards,
-        b_state=state,
-        b_state_ref=ref_state,
-    )
+    # the undisturbed run's as b_tokens_ref, b_forwards_ref, b_state_ref
+    ref = {f"{name}_ref": value for name, value in undisturbed_pair().items()}
+    b = run_pair(engine, model, at_round, action)
+    falsify.check("FALSIFY-SERVE-PREFILL-006", at_round=at_round, action=action, **b, **ref)
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-PREFILL-007")
