@@ -56,12 +56,13 @@ def goldens(engine, checkpoints: dict[str, Path]) -> dict[str, tuple[dict, dict,
 
 @pytest.fixture
 def traces(engine, goldens) -> Any:
-    """(model, run) -> (config, golden arrays, engine arrays), the engine run call by call as HF was.
+    """(model, run) -> (config, golden arrays, engine arrays, the case every check records), the engine run call
+    by call as HF was.
 
     Run inside each test, not once per module: mutmut credits a function to the test during which it ran, and
     a mutant is re-checked only by the tests credited with its function."""
 
-    def run(name: str, run_name: str) -> tuple[dict, dict, dict]:
+    def run(name: str, run_name: str) -> tuple[dict, dict, dict, dict]:
         config, golden_all, model = goldens[name]
         (run,) = [r for r in PROVENANCE["models"][name]["runs"] if r["name"] == run_name]
         golden = {k.split("/")[0]: v for k, v in golden_all.items() if k.endswith("/" + run_name)}
@@ -77,7 +78,9 @@ def traces(engine, goldens) -> Any:
             "conv": calls[-1]["conv"],
             "recurrent": calls[-1]["recurrent"],
         }
-        return config, golden, ours
+        # what every HFGOLD check records of the run: its tolerance's N, the model and the run
+        case = {"n_red": n_red(config, len(tokens)), "model": name, "run": run_name}
+        return config, golden, ours, case
 
     return run
 
@@ -94,15 +97,13 @@ def scale(x: np.ndarray) -> float:
 @pytest.mark.falsifies("FALSIFY-HFGOLD-001")
 @pytest.mark.parametrize(("model", "run"), RUNS)
 def test_logits_match_hf_golden(traces, model: str, run: str) -> None:
-    config, golden, ours = traces(model, run)
+    config, golden, ours, case = traces(model, run)
     falsify.check(
         "FALSIFY-HFGOLD-001",
         logit_diff=max_abs(ours["logits"], golden["logits"]),
         logit_scale=scale(golden["logits"]),
-        n_red=n_red(config, len(golden["tokens"])),
         n_layers=config["num_hidden_layers"],
-        model=model,
-        run=run,
+        **case,
     )
 
 
@@ -110,25 +111,23 @@ def test_logits_match_hf_golden(traces, model: str, run: str) -> None:
 @pytest.mark.parametrize(("model", "run"), RUNS)
 def test_each_layer_matches_hf_golden(traces, model: str, run: str) -> None:
     """In layer order: the first violation is the first layer that diverges (the later ones inherit it)."""
-    config, golden, ours = traces(model, run)
+    config, golden, ours, case = traces(model, run)
     assert len(golden["hidden"]) == config["num_hidden_layers"] > 0
     for layer, (h_ours, h_hf) in enumerate(zip(ours["hidden"], golden["hidden"], strict=True)):
         falsify.check(
             "FALSIFY-HFGOLD-002",
             hidden_diff=max_abs(h_ours, h_hf),
             hidden_scale=scale(h_hf),
-            n_red=n_red(config, len(golden["tokens"])),
             layer=layer,
             layer_type=config["layer_types"][layer],
-            model=model,
-            run=run,
+            **case,
         )
 
 
 @pytest.mark.falsifies("FALSIFY-HFGOLD-003")
 @pytest.mark.parametrize(("model", "run"), RUNS)
 def test_gdn_states_match_hf_golden(traces, model: str, run: str) -> None:
-    config, golden, ours = traces(model, run)
+    config, golden, ours, case = traces(model, run)
     gdn = [i for i, t in enumerate(config["layer_types"]) if t == "linear_attention"]
     assert gdn and len(golden["conv"]) == len(golden["recurrent"]) == len(gdn)
     T = len(golden["tokens"])
@@ -139,11 +138,9 @@ def test_gdn_states_match_hf_golden(traces, model: str, run: str) -> None:
             conv_scale=scale(golden["conv"][slot]),
             recurrent_diff=max_abs(ours["recurrent"][slot], golden["recurrent"][slot]),
             recurrent_scale=scale(golden["recurrent"][slot]),
-            n_red=n_red(config, T),
             recurrence_terms=(config["linear_key_head_dim"] + HF_CHUNK) * T,
             layer=layer,
-            model=model,
-            run=run,
+            **case,
         )
 
 
