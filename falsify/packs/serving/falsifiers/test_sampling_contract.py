@@ -104,8 +104,11 @@ def domain(vocab: int, temperature: float, top_k: int | None, top_p: float | Non
     return {"vocab": vocab, "temperature": temperature, **{k: v for k, v in cut.items() if v is not None}}
 
 
+Case = tuple[np.ndarray, float, int | None, float | None]  # logits f32[V], temperature, top_k, top_p
+
+
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[np.ndarray, float, int | None, float | None]:
+def cases(draw: st.DrawFn) -> Case:
     """Logits with ties (values on a coarse grid) or without; the temperature is raised where needed so that the
     row's spread over it is at most 20, which keeps every kept probability above MIN_PROBED."""
     vocab = draw(st.integers(1, 512))
@@ -191,13 +194,14 @@ MODEL_CASES = [
 ]
 
 
-def with_examples(test: Any) -> Any:
+def on_drawn_cases(test: Any) -> Any:
+    """`test(engine, case)` on the cases hypothesis draws (SETTINGS), each of EXAMPLES tried first."""
     for case in EXAMPLES:
         test = example(case=case)(test)
-    return test
+    return SETTINGS(given(case=cases())(test))
 
 
-def drawn(case: tuple[np.ndarray, float, int | None, float | None]) -> Analytic:
+def drawn(case: Case) -> Analytic:
     a = analytic(*case)
     assume(a is not None)
     assert a is not None
@@ -205,22 +209,14 @@ def drawn(case: tuple[np.ndarray, float, int | None, float | None]) -> Analytic:
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-SAMPLE-001")
-@SETTINGS
-@given(case=cases())
-@with_examples
-def test_layout_puts_every_kept_token_where_the_analytic_cdf_does(
-    engine: Any, case: tuple[np.ndarray, float, int | None, float | None]
-) -> None:
+@on_drawn_cases
+def test_layout_puts_every_kept_token_where_the_analytic_cdf_does(engine: Any, case: Case) -> None:
     observe_layout(engine, case[0], drawn(case), *case[1:])
 
 
 @pytest.mark.falsifies("FALSIFY-SERVE-SAMPLE-002")
-@SETTINGS
-@given(case=cases())
-@with_examples
-def test_stratified_counts_match_the_analytic_probabilities(
-    engine: Any, case: tuple[np.ndarray, float, int | None, float | None]
-) -> None:
+@on_drawn_cases
+def test_stratified_counts_match_the_analytic_probabilities(engine: Any, case: Case) -> None:
     observe_counts(engine, case[0], drawn(case), *case[1:])
 
 
