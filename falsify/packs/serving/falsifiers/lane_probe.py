@@ -215,16 +215,20 @@ def observe(
     if resumed is not None:
         bounds["resumed"] = resumed
     cancelled = budget is not None and budget < max_tokens
+    # the stream's forwards as the harness counted them, as 013 and 015 name them
+    forwards = {
+        "measured_prefill_forwards": m.prefill_forwards,
+        "measured_decode_forwards": m.decode_forwards,
+    }
     if pid == "FALSIFY-SERVE-PREFILL-013":
         falsify.check(
             pid,
             polls_before_decode=m.polls_before_decode,
             polls_before_prefill=m.polls_before_prefill,
-            measured_decode_forwards=m.decode_forwards,
-            measured_prefill_forwards=m.prefill_forwards,
             decode_positions=m.decode_positions,
             stream_prompt_len=m.prompt_len,
             emitted=m.emitted,
+            **forwards,
             **bounds,
         )
     elif pid == "FALSIFY-SERVE-PREFILL-012" and cancelled and budget:
@@ -232,14 +236,7 @@ def observe(
     elif pid == "FALSIFY-SERVE-PREFILL-014" and cancelled:
         falsify.check(pid, host_polls=m.host_polls, emitted=m.emitted, **bounds)
     elif pid == "FALSIFY-SERVE-PREFILL-015" and cancelled and budget == 0:
-        falsify.check(
-            pid,
-            emitted=m.emitted,
-            measured_prefill_forwards=m.prefill_forwards,
-            measured_decode_forwards=m.decode_forwards,
-            host_polls=m.host_polls,
-            max_tokens=max_tokens,
-        )
+        falsify.check(pid, emitted=m.emitted, host_polls=m.host_polls, max_tokens=max_tokens, **forwards)
     elif pid == "FALSIFY-SERVE-PREFILL-016" and cancelled:
         falsify.check(pid, wasted_forwards=m.wasted_forwards, n=budget)
 
