@@ -249,7 +249,19 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
         help="seconds for the whole run; predictions not finished by then are TIMEOUT, 0 for none "
         "(default: [tool.falsify.gate] timeout, else 5400)",
     )
+    p.add_argument(
+        "--jobs",
+        type=_jobs,
+        help="pytest processes the falsifiers are split over, 1 to 8; those marked falsify_serial run alone after "
+        "(default: $FALSIFY_GATE_JOBS, else [tool.falsify.gate] jobs, else the cores here; 1 for openai+ engines)",
+    )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
+
+
+def _jobs(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 8:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 8")
+    return int(text)
 
 
 def run_gate(args: argparse.Namespace) -> int:
@@ -263,12 +275,13 @@ def run_gate(args: argparse.Namespace) -> int:
         what = "a symlink" if os.path.islink(args.junit) else "not a regular file"
         raise FalsifyError(f"--junit {args.junit}: {what}; give a new path or a regular file")
     project = find_project()
-    from falsify.harness.gate import check_environment, timeouts
+    from falsify.harness.gate import check_environment, jobs, timeouts
 
     # before an engine is started: HYPOTHESIS_PROFILE, the FALSIFY_* numbers, [tool.falsify.gate]
     check_environment()
     timeouts(project, args.test_timeout, args.timeout)
     engine = engine_spec(args, project, probe=True)
+    processes = jobs(project, args.jobs, engine)
     out = args.out if args.out.is_absolute() else project.root / args.out
     report = args.mutants_report
     if report is not None and not report.is_absolute():
@@ -282,6 +295,7 @@ def run_gate(args: argparse.Namespace) -> int:
         mutants_report=report,
         test_timeout=args.test_timeout,
         timeout=args.timeout,
+        jobs=processes,
     )
     if args.junit and (out / "junit.xml").is_file():
         copy_junit(out, args.junit)  # by a temporary renamed over it, never through a link

@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest_plugins = ["pytester"]
+
+# The suite starts many gates, on xdist's two workers already: each gate runs its falsifiers in one pytest process
+# (`falsify gate --jobs`, falsify/harness/shards.py), unless a test asks for more (tests/test_gate_jobs.py does).
+os.environ.setdefault("FALSIFY_GATE_JOBS", "1")
 
 # tox -e py runs the suite on two pytest-xdist workers, one test file at a time each (--dist loadfile), in collection
 # order (--no-loadscope-reorder). These files take minutes (test_wire_reference 30 s of set-up, 83 s and 163 s;

@@ -1,5 +1,5 @@
 """Numbers falsify reads from the environment: FALSIFY_WIRE_TIMEOUT, FALSIFY_WIRE_CALL_TIMEOUT, FALSIFY_OPENAI_TIMEOUT and FALSIFY_TEST_TIMEOUT
-(seconds), FALSIFY_WIRE_MAX_LINE (bytes), FALSIFY_LLAMACPP_THREADS and FALSIFY_TORCH_THREADS (threads). Unset or
+(seconds), FALSIFY_WIRE_MAX_LINE (bytes), FALSIFY_LLAMACPP_THREADS and FALSIFY_TORCH_THREADS (threads), FALSIFY_GATE_JOBS (processes). Unset or
 empty means the default; anything else must be a finite number in the variable's range, else the caller's named
 error, `NAME='value' must be ...`, one line: never a float() traceback, nor the OverflowError 1e308 seconds gave
 a wait, nor a thread count of a million."""
@@ -81,6 +81,13 @@ def threads(name: str, error: type[Exception]) -> int:
     return whole_number(name, 1, error, low=1, high=MAX_THREADS, unit=" of threads")
 
 
+def gate_jobs(error: type[Exception]) -> int | None:
+    """FALSIFY_GATE_JOBS: how many pytest processes `falsify gate` splits its falsifiers over; None unset."""
+    if _raw("FALSIFY_GATE_JOBS") is None:
+        return None
+    return whole_number("FALSIFY_GATE_JOBS", 1, error, low=1, high=8, unit=" of processes")
+
+
 def check_all(error: type[Exception]) -> None:
     """Every FALSIFY_* number, checked before a run starts: the first bad one is ERROR naming it."""
     wire_timeout(error)
@@ -90,3 +97,4 @@ def check_all(error: type[Exception]) -> None:
     test_timeout(error)
     threads("FALSIFY_LLAMACPP_THREADS", error)
     threads("FALSIFY_TORCH_THREADS", error)
+    gate_jobs(error)

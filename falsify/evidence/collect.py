@@ -42,12 +42,12 @@ def run_gate(
     project: Project, engine: str, pytest_args: list[str], out: Path
 ) -> tuple[dict[str, Any], bytes, int]:
     """Run `falsify gate` into `out` (kept: the raw results, with durations, for whoever wants to look)."""
-    from falsify.harness.gate import gate
+    from falsify.harness.gate import gate, jobs
 
     for key, value in DETERMINISTIC_ENV.items():
         os.environ.setdefault(key, value)
     (out / RESULTS).unlink(missing_ok=True)
-    code = gate(project, engine=engine, out=out, pytest_args=pytest_args)
+    code = gate(project, engine=engine, out=out, pytest_args=pytest_args, jobs=jobs(project, None, engine))
     if not (out / RESULTS).is_file():
         raise EvidenceError("the gate wrote no results (see its output above): no evidence bundle written")
     results, junit = read_gate_dir(out)

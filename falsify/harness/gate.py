@@ -17,12 +17,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from falsify.contracts.corpus import Corpus, contract_dirs, load_corpus
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines import process_tree
-from falsify.engines.env_settings import check_all
+from falsify.engines.env_settings import check_all, gate_jobs
 from falsify.errors import FalsifyError, terminal_safe
+from falsify.harness import shards
 from falsify.harness.command import falsifier_args, falsifier_dirs
 from falsify.harness.draws import chosen_profile, hypothesis_line, register_profiles, seeded
 from falsify.harness.proven import (
@@ -48,7 +50,7 @@ from falsify.subcommand import seconds_problem
 from falsify.table import table
 from falsify.untrusted import safefile
 
-GATE_KEYS = ("test_timeout", "timeout")  # [tool.falsify.gate]
+GATE_KEYS = ("test_timeout", "timeout", "jobs")  # [tool.falsify.gate]
 DEFAULT_TEST_TIMEOUT = 900.0  # seconds per falsifier; [tool.falsify.gate] test_timeout or --test-timeout
 DEFAULT_GATE_TIMEOUT = (
     5400.0  # seconds for the whole run (CI's own budget); [tool.falsify.gate] timeout or --timeout
@@ -80,6 +82,26 @@ def run_pytest_timed(
 ) -> Ran:
     """pytest in its own process group. Past `timeout` it is interrupted (SIGINT: pytest stops the running test
     and still writes its results), then killed as a group GRACE seconds later if it has not exited."""
+    cmd = _pytest_command(project, results, args, engine, junit, test_timeout, packs)
+    if collect_only:
+        cmd.append("--collect-only")
+    start = time.monotonic()
+    (code,), timed_out = _run_group(
+        [(cmd, subprocess.DEVNULL if quiet else None)], project.root, env, timeout
+    )
+    return Ran(code, timed_out, time.monotonic() - start)
+
+
+def _pytest_command(
+    project: Project,
+    results: Path,
+    args: list[str],
+    engine: str,
+    junit: Path | None,
+    test_timeout: float | None,
+    packs: tuple[str, ...],
+    *extra: str,
+) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -98,40 +120,132 @@ def run_pytest_timed(
         cmd += ["--falsify-test-timeout", f"{test_timeout:g}"]
     if junit:
         cmd += ["--junitxml", str(junit)]
-    if collect_only:
-        cmd.append("--collect-only")
-    cmd += args
-    out = subprocess.DEVNULL if quiet else None
-    start = time.monotonic()
+    return [*cmd, *extra, *args]
+
+
+def _run_group(
+    runs: list[tuple[list[str], Any]], cwd: Path, env: dict[str, str] | None, timeout: float | None
+) -> tuple[list[int], bool]:
+    """Each command in its own process group, all at once, with one deadline for them all: past it each still
+    running is interrupted (SIGINT: pytest stops the running test and still writes its results), then killed as a
+    group GRACE seconds later. Returns the exit codes, in order, and whether the deadline passed."""
     env = dict(env or os.environ)
     # Wire engines the run starts get process groups of their own; each records its group here
     # (falsify/engines/wire/transports.py), so the gate can end them even when pytest was killed before it could.
     groups_fd, groups = tempfile.mkstemp(prefix="falsify-engine-groups-")
     os.close(groups_fd)
     env[ENGINE_GROUPS] = groups
-    proc = subprocess.Popen(cmd, cwd=project.root, stdout=out, stderr=out, env=env, start_new_session=True)
+    procs: list[subprocess.Popen[bytes]] = []
     timed_out = False
     restore = terminate_as_exit()
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _signal_group(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=GRACE)
-        except subprocess.TimeoutExpired:
+        for cmd, out in runs:
+            procs.append(
+                subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=out, env=env, start_new_session=True)
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for proc in procs:
+            try:
+                proc.wait(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                break
+        if timed_out:
+            running = [p for p in procs if p.poll() is None]
+            for proc in running:
+                _signal_group(proc.pid, signal.SIGINT)
+            grace = time.monotonic() + GRACE
+            for proc in running:
+                try:
+                    proc.wait(timeout=max(grace - time.monotonic(), 0))
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    proc.wait()
+    except BaseException:  # Ctrl-C, SIGTERM (as SystemExit 143): nothing the run started outlives the gate
+        for proc in procs:
             _signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
-    except BaseException:  # Ctrl-C, SIGTERM (as SystemExit 143): nothing the run started outlives the gate
-        _signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
         _end_engine_groups(groups)
         raise
     finally:
         restore()
-    _signal_group(proc.pid, signal.SIGKILL)  # anything the run left behind in its group
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGKILL)  # anything the run left behind in its group
     _end_engine_groups(groups)
-    return Ran(proc.returncode, timed_out, time.monotonic() - start)
+    return [p.returncode for p in procs], timed_out
+
+
+def run_pytest_shared(
+    project: Project,
+    run_dir: Path,
+    args: list[str],
+    *,
+    engine: str,
+    jobs: int,
+    costs: dict[str, float],
+    env: dict[str, str] | None,
+    timeout: float | None,
+    test_timeout: float | None,
+    packs: tuple[str, ...],
+) -> Ran:
+    """The falsifiers split over `jobs` pytest processes at once (shards.py), then those marked falsify_serial alone;
+    their results and JUnit XML merged into run_dir's results.json and junit.xml, as one process writes them. The
+    first share prints to the terminal as it runs, the others' output follows when they end."""
+    start = time.monotonic()
+    extra: list[str] = []
+    if costs:
+        costs_file = run_dir / "durations.json"
+        doc = {"tests": {nodeid: {"duration": d} for nodeid, d in costs.items()}}
+        safefile.replace(costs_file, json.dumps(doc).encode(), what="durations file")
+        extra.append(f"{shards.COSTS_OPTION}={costs_file}")
+
+    def share(tag: str, name: str) -> list[str]:
+        return _pytest_command(
+            project,
+            run_dir / f"results-{name}.json",
+            args,
+            engine,
+            run_dir / f"junit-{name}.xml",
+            test_timeout,
+            packs,
+            f"{shards.SHARD_OPTION}={tag}",
+            *extra,
+        )
+
+    names = [str(k) for k in range(1, jobs + 1)]
+    logs = [open(run_dir / f"pytest-{name}.log", "wb") for name in names[1:]]  # noqa: SIM115 closed below
+    try:
+        runs = [
+            (share(f"1/{jobs}", "1"), None),
+            *((share(f"{n}/{jobs}", n), f) for n, f in zip(names[1:], logs, strict=True)),
+        ]
+        codes, timed_out = _run_group(runs, project.root, env, timeout)
+    finally:
+        for f in logs:
+            f.close()
+    for name in names[1:]:
+        print(f"gate: pytest process {name} of {jobs}:", flush=True)
+        sys.stdout.flush()
+        with open(run_dir / f"pytest-{name}.log", "rb") as log:
+            shutil.copyfileobj(log, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    parts = [load_results(p) for n in names if (p := run_dir / f"results-{n}.json").is_file()]
+    serial = shards.held_back(parts)
+    if serial and not timed_out:
+        print(f"gate: {serial} falsifier(s) marked {shards.SERIAL_MARK}, alone:", flush=True)
+        left = None if timeout is None else max(timeout - (time.monotonic() - start), 1.0)
+        (code,), timed_out = _run_group(
+            [(share(shards.SERIAL, shards.SERIAL), None)], project.root, env, left
+        )
+        codes.append(code)
+        names.append(shards.SERIAL)
+        if (p := run_dir / f"results-{shards.SERIAL}.json").is_file():
+            parts.append(load_results(p))
+    if parts:
+        merged = json.dumps(shards.merge_results(parts), sort_keys=True, default=repr)
+        safefile.replace(run_dir / "results.json", merged.encode(), what="results file")
+    shards.merge_junit([run_dir / f"junit-{n}.xml" for n in names], run_dir / "junit.xml")
+    return Ran(shards.merge_codes(codes), timed_out, time.monotonic() - start)
 
 
 ENGINE_GROUPS = "FALSIFY_ENGINE_GROUPS"
@@ -176,8 +290,7 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def timeouts(project: Project, test: float | None, whole: float | None) -> tuple[float, float]:
-    """Per-test and per-gate timeouts: the flag, else [tool.falsify.gate] test_timeout/timeout, else defaults."""
+def _gate_table(project: Project) -> dict[str, Any]:
     try:
         table = subtable(read_toml(project.pyproject), project.pyproject, "tool", "falsify", "gate") or {}
     except (
@@ -190,6 +303,32 @@ def timeouts(project: Project, test: float | None, whole: float | None) -> tuple
             f"{project.pyproject}: [tool.falsify.gate] has unknown key(s) {', '.join(unknown)} "
             f"(known: {', '.join(GATE_KEYS)})"
         )
+    return table
+
+
+def jobs(project: Project, flag: int | None, engine: str) -> int:
+    """How many pytest processes run the falsifiers: --jobs, else $FALSIFY_GATE_JOBS, else [tool.falsify.gate]
+    jobs, else the cores this process may use (shards.py), but 1 for an OpenAI-compatible server: nearly all its
+    falsifiers time it, and each process would start a server of its own."""
+    if flag is not None:
+        value: object = flag
+        where = "--jobs"
+    else:
+        env = gate_jobs(FalsifyError)
+        if env is not None:
+            return env
+        table = _gate_table(project)
+        if "jobs" not in table:
+            return 1 if engine.startswith("openai+") else shards.default_jobs()
+        value, where = table["jobs"], f"{project.pyproject}: [tool.falsify.gate] jobs"
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= shards.MAX_JOBS:
+        raise FalsifyError(f"{where} must be a whole number from 1 to {shards.MAX_JOBS}, not {value!r}")
+    return value
+
+
+def timeouts(project: Project, test: float | None, whole: float | None) -> tuple[float, float]:
+    """Per-test and per-gate timeouts: the flag, else [tool.falsify.gate] test_timeout/timeout, else defaults."""
+    table = _gate_table(project)
 
     def pick(flag: float | None, key: str, default: float) -> float:
         value = flag if flag is not None else table.get(key, default)
@@ -279,6 +418,7 @@ def gate(
     mutants_report: Path | None = None,
     test_timeout: float | None = None,
     timeout: float | None = None,
+    jobs: int = 1,
 ) -> int:
     corpus, problems = lint_project(project, packs)
     if not corpus.contracts and not problems:
@@ -300,7 +440,7 @@ def gate(
         if not held:
             print(f"gate: another gate is writing to {out} (see {out / LOCK}); use another --out")
             return EXIT_EMPTY
-        return _gate(project, corpus, engine, out, pytest_args, per_test, whole, packs, mutants_report)
+        return _gate(project, corpus, engine, out, pytest_args, per_test, whole, packs, mutants_report, jobs)
 
 
 def _binding_problems(results_path: Path) -> bool:
@@ -342,10 +482,12 @@ def _gate(
     whole: float,
     packs: tuple[str, ...],
     mutants_report: Path | None,
+    jobs: int,
 ) -> int:
     # This run's files go to a directory of its own; out/latest and the copies in out/ change only when it
     # ends, each by an atomic rename. Until then out/ holds no result at all: a run that hangs or is killed
     # cannot leave the previous run's files looking like its own.
+    costs = shards.read_costs(out / "results.json") if jobs > 1 else {}  # the previous run's durations
     for name in OUTPUTS:
         (out / name).unlink(missing_ok=True)
     run_dir = out / "runs" / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
@@ -353,22 +495,37 @@ def _gate(
     results_path, junit = run_dir / "results.json", run_dir / "junit.xml"
     n_pred = sum(len(c.predictions) for c in corpus.contracts)
     limits = f"timeouts {per_test:g} s per falsifier, {whole:g} s in all" if whole else "no gate timeout"
+    processes = f"; {jobs} pytest processes" if jobs > 1 else ""
     print(
         f"gate: running the falsifiers of {len(corpus.contracts)} contracts, {n_pred} predictions on engine "
-        f"{engine!r} ({limits})",
+        f"{engine!r} ({limits}{processes})",
         flush=True,
     )
-    ran = run_pytest_timed(
-        project,
-        results_path,
-        pytest_args,
-        engine=engine,
-        env=seeded(pytest_args),
-        junit=junit,
-        timeout=whole or None,
-        test_timeout=per_test or None,
-        packs=packs,
-    )
+    if jobs > 1:
+        ran = run_pytest_shared(
+            project,
+            run_dir,
+            pytest_args,
+            engine=engine,
+            jobs=jobs,
+            costs=costs,
+            env=seeded(pytest_args),
+            timeout=whole or None,
+            test_timeout=per_test or None,
+            packs=packs,
+        )
+    else:
+        ran = run_pytest_timed(
+            project,
+            results_path,
+            pytest_args,
+            engine=engine,
+            env=seeded(pytest_args),
+            junit=junit,
+            timeout=whole or None,
+            test_timeout=per_test or None,
+            packs=packs,
+        )
     code = ran.code
     if code == pytest_usage_error and not ran.timed_out and not _binding_problems(results_path):
         # pytest refused its arguments, or the plugin refused the run (an engine that cannot start): a usage

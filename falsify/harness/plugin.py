@@ -26,7 +26,7 @@ from falsify.engines.env_settings import test_timeout
 from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine, with_boundary
 from falsify.errors import terminal_safe
 from falsify.harness import checks as check_module
-from falsify.harness import fixtures
+from falsify.harness import fixtures, shards
 from falsify.harness.checks import CannotShowHere, Observation
 from falsify.harness.collection import UnmarkedModules, link_out
 from falsify.harness.draws import apply_seed, chosen_profile, draws, register_profiles
@@ -78,6 +78,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="NAME",
         help="also run the built-in contract pack NAME (repeatable; adds to packs in [tool.falsify])",
     )
+    group.addoption(
+        shards.SHARD_OPTION,
+        type=shards.parse,
+        default=None,
+        metavar="K/N|serial",
+        help="run only share K of N of the falsifiers (the gate's --jobs), holding back those marked "
+        f"{shards.SERIAL_MARK}; 'serial': only those",
+    )
+    group.addoption(
+        shards.COSTS_OPTION,
+        default=None,
+        metavar="RESULTS",
+        help="a previous results.json whose durations balance the shares",
+    )
     parser.addini("falsify_contracts", "contracts directory, relative to the rootdir", default="")
 
 
@@ -105,6 +119,11 @@ class FalsifyPlugin:
         self.outside: list[str] = []  # collected paths that are links out of the project (refused)
         self.test_timeout = _test_timeout(config)
         self.hypothesis: dict[str, Any] | None = None  # how hypothesis draws this run's examples (draws.py)
+        # The gate's --jobs (shards.py): this process's share; only the first share counts what collection did
+        # (each share collects the same), the others count only the tests they ran.
+        self.shard: tuple[int, int] | str | None = config.getoption("falsify_shard")
+        self.counts_collection = self.shard is None or (isinstance(self.shard, tuple) and self.shard[0] == 1)
+        self.held_back = 0
 
     def load(self) -> Corpus:
         if self.corpus is None:
@@ -178,6 +197,40 @@ class FalsifyPlugin:
                 config.hook.pytest_deselected(items=deselected)
             items[:] = keep
 
+    def keep_share(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Only this share's items (shards.py), after every other deselection (-k, -m: the same in each share, so
+        counted by the first share only); the others are deselected, and counted by no share."""
+        serial = [
+            i.get_closest_marker(shards.SERIAL_MARK) is not None and not self._all_not_applicable(i)
+            for i in items
+        ]
+        if self.shard == shards.SERIAL:
+            keep = [i for i, s in zip(items, serial, strict=True) if s]
+        else:
+            assert isinstance(self.shard, tuple)
+            k, n = self.shard
+            parallel = [i for i, s in zip(items, serial, strict=True) if not s]
+            self.held_back = len(items) - len(parallel)
+            costs_file = config.getoption("falsify_shard_costs")
+            costs = shards.read_costs(Path(costs_file)) if costs_file else {}
+            share = shards.assign([i.nodeid for i in parallel], costs, n)
+            keep = [i for i, s in zip(parallel, share, strict=True) if s == k - 1]
+        kept = set(map(id, keep))
+        others = [i for i in items if id(i) not in kept]
+        items[:] = keep
+        if others:
+            counted, self.counts_collection = self.counts_collection, False
+            try:
+                config.hook.pytest_deselected(items=others)
+            finally:
+                self.counts_collection = counted
+
+    def _all_not_applicable(self, item: pytest.Item) -> bool:
+        """Every prediction of the item is NOT APPLICABLE on this engine or machine: it only skips, so it need not
+        wait for the serial phase."""
+        ids = marked_ids(item)
+        return bool(ids) and len(self._reasons(item, ids)) == len(ids)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
         # Nothing runs from outside the project: a test file or directory that is a link out of it is refused,
@@ -214,6 +267,21 @@ class FalsifyPlugin:
         ids = marked_ids(item)
         if not ids:
             return
+        reasons = self._reasons(item, ids)
+        if reasons:
+            # Recorded here, by the plugin, from the engine's own answer: a test that skips itself with a message
+            # that looks the same is NOT RUN, never NOT APPLICABLE (issue #19).
+            own = {pid: f"{pid} {'; '.join(why)}" for pid, why in reasons.items()}
+            first = next(iter(own.values()))
+            by_prediction = {
+                pid: own.get(pid)
+                or f"{pid}'s test also falsifies {', '.join(own)}, which this engine cannot run: {first}"
+                for pid in ids
+            }
+            self._not_applicable(item, ids, first, by_prediction)
+
+    def _reasons(self, item: pytest.Item, ids: list[str]) -> dict[str, list[str]]:
+        """Why each of the item's predictions is NOT APPLICABLE here (those that are not: absent)."""
         corpus = self.load()
         narrowed = marked_requires(item)
         # Each prediction's own reasons, from its own needs: one test bound to several predictions must not
@@ -232,17 +300,7 @@ class FalsifyPlugin:
                     reasons.setdefault(pid, []).append(
                         f"needs oracle {oracle!r} (machine): not installed here (tox -e oracle runs it)"
                     )
-        if reasons:
-            # Recorded here, by the plugin, from the engine's own answer: a test that skips itself with a message
-            # that looks the same is NOT RUN, never NOT APPLICABLE (issue #19).
-            own = {pid: f"{pid} {'; '.join(why)}" for pid, why in reasons.items()}
-            first = next(iter(own.values()))
-            by_prediction = {
-                pid: own.get(pid)
-                or f"{pid}'s test also falsifies {', '.join(own)}, which this engine cannot run: {first}"
-                for pid in ids
-            }
-            self._not_applicable(item, ids, first, by_prediction)
+        return reasons
 
     def _not_applicable(
         self, item: pytest.Item, ids: list[str], message: str, by_prediction: dict[str, str]
@@ -309,6 +367,8 @@ class FalsifyPlugin:
             gc.freeze()
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if not self.counts_collection:
+            return
         # "collected N items": every item collected, before any deselection (the terminal reporter's count)
         self.counts["collected"] += sum(1 for node in report.result if isinstance(node, pytest.Item))
         if report.failed:
@@ -317,7 +377,8 @@ class FalsifyPlugin:
             self.counts["skipped"] += 1
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        self.counts["deselected"] += len(items)
+        if self.counts_collection:
+            self.counts["deselected"] += len(items)
 
     def _tally(self, report: pytest.TestReport) -> None:
         category = self.config.hook.pytest_report_teststatus(report=report, config=self.config)[0]
@@ -383,7 +444,7 @@ class FalsifyPlugin:
             "unexercised": missing,
         }
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is not None:
+        if tr is not None and self.shard is None:  # a share's coverage is part of the run's: the gate says it
             tr.write_line(
                 f"falsify: wire protocol: {len(parts) - len(missing)} of {len(parts)} messages and errors exercised"
                 + (f"; unexercised: {', '.join(missing)}" if missing else "")
@@ -417,6 +478,7 @@ class FalsifyPlugin:
             "counts": dict(self.counts),
             **({"wire_coverage": self.wire_coverage} if getattr(self, "wire_coverage", None) else {}),
             **({"hypothesis": self.hypothesis} if self.hypothesis else {}),
+            **({"held_back": self.held_back} if self.held_back else {}),
         }
         if compact and self._collected_json[0] != len(self.collected):  # collection ended: encoded once
             self._collected_json = (len(self.collected), json.dumps(payload["collected"], sort_keys=True))
@@ -530,6 +592,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "llamacpp: needs llama-cpp-python built from its sdist (tox -e llamacpp)"
     )
+    config.addinivalue_line(
+        "markers",
+        f"{shards.SERIAL_MARK}: its verdict depends on time; `falsify gate --jobs N` runs it alone, after the rest",
+    )
     try:
         found = _contracts(config)
     except (ProjectError, PackError) as exc:
@@ -556,8 +622,21 @@ def pytest_configure(config: pytest.Config) -> None:
     check_module.contracts_dirs = contracts
     plugin = FalsifyPlugin(config, contracts, project)
     config.pluginmanager.register(plugin, "falsify-core")
+    if plugin.shard is not None:
+        config.pluginmanager.register(_Share(plugin), "falsify-share")
     config.pluginmanager.register(fixtures, "falsify-fixtures")
     _collect_packs(config, packs)
+
+
+class _Share:
+    """The gate's --jobs: this process keeps its share of what collection and every deselection left."""
+
+    def __init__(self, core: FalsifyPlugin) -> None:
+        self.core = core
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        self.core.keep_share(config, items)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -22,6 +22,9 @@ from falsify.untrusted import boundedjson
 
 MAX_REPLY = 16 * 2**20  # bytes of one reply read
 
+# Each verdict here times the server or shares it with no other client: `falsify gate --jobs N` runs these alone.
+pytestmark = pytest.mark.falsify_serial
+
 
 def post(engine: Any, path: str, body: dict[str, Any]) -> tuple[int, Any]:
     """Status and JSON reply (None unless 200) of one non-streamed POST, within the engine's request timeout."""

@@ -18,6 +18,9 @@ import pytest
 
 import falsify
 
+# Each verdict here times the server or shares it with no other client: `falsify gate --jobs N` runs these alone.
+pytestmark = pytest.mark.falsify_serial
+
 
 def worded(piece: str) -> bool:
     """A piece to stop on: two or more visible characters (a word or a ' t<id>' piece, not a byte or a space)."""
