@@ -6,6 +6,7 @@ here fails on time.
 python benchmarks/gate.py [--repeats 1] [--engine reference] [--seed N] [--pin CPU] [--out FILE]
 python benchmarks/gate.py --against REV [--repeats 4] [--seed N] [--pin CPU]
 python benchmarks/gate.py --budget [--repeats 4] [--seed N] [--pin CPU]
+python benchmarks/gate.py --jobs-vs N [--repeats 3] [--engine E] [--seed N]
 
 Each gate run draws its hypothesis examples from a seed of its own (docs/cli.md), so the figure moves with the
 examples drawn as well as with the machine; --seed N runs every repeat on the same examples, for comparing two
@@ -16,6 +17,10 @@ by turns, REV first in odd pairs and second in even ones, on the same seed (--se
 comparison), after one uncounted warm-up run each (which compiles the modules); it prints each pair and the medians
 of both sides and of the pairs' differences. On this 2-core VM the same tree moves by 10-20 % between minutes:
 only runs interleaved this way compare two trees. --pin CPU runs everything on that one CPU (sched_setaffinity).
+
+--jobs-vs N runs the gate with --jobs 1 and --jobs N by turns on one seed (each --out kept between its runs, after
+one uncounted warm-up each, so --jobs N splits by the previous run's durations as a user's second run does) and
+prints each pair's wall and CPU and the median of the pairs' wall ratios (issue #49: both cores for the gate).
 
 --budget states the budget in a form that holds on any machine. 15 s CPU was set where the issue's tree (BUDGET_REV:
 59 predictions, 198 tests passed) took 28.9 s; machines, and one machine's phases, differ by more than that (one
@@ -74,10 +79,13 @@ def one_run(
     root: Path = ROOT,
     gate_args: tuple[str, ...] = (),
     pytest_args: tuple[str, ...] = (),
+    out_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """One gate; `gate_args` go to `falsify gate` (`--pack serving`), `pytest_args` to its pytest (`-k ...`)."""
+    """One gate; `gate_args` go to `falsify gate` (`--pack serving`), `pytest_args` to its pytest (`-k ...`);
+    its --out is `out_dir`, else a scratch directory of its own."""
     env = tree_env(root)
-    with tempfile.TemporaryDirectory(prefix="falsify-gate-bench-") as out:
+    with tempfile.TemporaryDirectory(prefix="falsify-gate-bench-") as scratch:
+        out = str(out_dir or scratch)
         cmd = [sys.executable, "-m", "falsify.cli", "gate", "--engine", engine, "--out", out, *gate_args]
         after = [*pytest_args, *([f"--hypothesis-seed={seed}"] if seed is not None else [])]
         cmd += ["--", *after] if after else []
@@ -159,6 +167,38 @@ def against(rev: str, engine: str, seed: int, pairs: int) -> dict[str, Any]:
     return {"engine": engine, "bytecode": BYTECODE, "seed": seed, "against": rev, "runs": runs}
 
 
+def jobs_vs(jobs: int, engine: str, seed: int, pairs: int) -> dict[str, Any]:
+    """`--jobs 1` against `--jobs JOBS`, by turns on one seed, each with a --out of its own kept between runs."""
+    sides = {1: "--jobs 1", jobs: f"--jobs {jobs}"}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides.values()}
+    with tempfile.TemporaryDirectory(prefix="falsify-gate-jobs-") as tmp:
+        outs = {n: Path(tmp, f"jobs-{n}") for n in sides}
+        for n in sides:  # warm-up: compiled modules, and the durations --jobs N splits by
+            one_run(engine, seed, gate_args=("--jobs", str(n)), out_dir=outs[n])
+        for i in range(pairs):
+            for n in list(sides) if i % 2 == 0 else list(sides)[::-1]:
+                run = one_run(engine, seed, gate_args=("--jobs", str(n)), out_dir=outs[n])
+                if run["exit"]:
+                    raise SystemExit(f"benchmarks/gate.py: the gate {sides[n]} failed:\n{run['verdict']}")
+                runs[sides[n]].append(run)
+            a, b = runs[sides[1]][-1], runs[sides[jobs]][-1]
+            print(
+                f"pair {i + 1}: --jobs 1 {a['wall_s']} s wall ({a['cpu_s']} s CPU), --jobs {jobs} {b['wall_s']} s "
+                f"wall ({b['cpu_s']} s CPU), ratio {b['wall_s'] / a['wall_s']:.3f}, load "
+                f"{min(a['load_before'][0], b['load_before'][0])}-{max(a['load_after'][0], b['load_after'][0])}"
+            )
+    one, many = runs[sides[1]], runs[sides[jobs]]
+    ratios = [b["wall_s"] / a["wall_s"] for a, b in zip(one, many, strict=True)]
+    verdicts = {r["verdict_line"].split(";")[0] for side in runs.values() for r in side}
+    print(
+        f"gate --jobs {jobs} against --jobs 1: median {median([r['wall_s'] for r in many])} s against "
+        f"{median([r['wall_s'] for r in one])} s wall, {median([r['cpu_s'] for r in many])} s against "
+        f"{median([r['cpu_s'] for r in one])} s CPU; median wall ratio {median(ratios):.3f} over {pairs} pairs, "
+        f"seed {seed}; {len(verdicts)} distinct verdict(s): {' | '.join(sorted(verdicts))}"
+    )
+    return {"engine": engine, "seed": seed, "jobs": jobs, "runs": runs, "wall_ratio": median(ratios)}
+
+
 def budget(data: dict[str, Any]) -> dict[str, Any]:
     """Issue #28's budget from an --against BUDGET_REV comparison: this tree's cost as a fraction of BUDGET_REV's,
     pair by pair, against the budget's own fraction, BUDGET_CPU / BUDGET_REV_CPU."""
@@ -189,6 +229,9 @@ def main() -> int:
         help=f"--against {BUDGET_REV[:7]} (issue #28's tree), and the budget as a fraction of its cost",
     )
     parser.add_argument("--pin", type=int, metavar="CPU", help="run everything on this one CPU")
+    parser.add_argument(
+        "--jobs-vs", type=int, metavar="N", help="the gate with --jobs 1 and --jobs N, by turns (wall ratio)"
+    )
     parser.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     if args.pin is not None:
@@ -199,6 +242,12 @@ def main() -> int:
         parser.error("--budget is the reference engine's figure")
     if args.budget:
         args.against = BUDGET_REV
+    if args.jobs_vs:
+        seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+        data = jobs_vs(args.jobs_vs, args.engine, seed, args.repeats or 3)
+        if args.out:
+            args.out.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        return 0
     if args.against:
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
         data = against(args.against, args.engine, seed, args.repeats or 4)
