@@ -18,17 +18,26 @@ from falsify.harness import shards
 SUBSET = "test_sampling_contract or test_gdn_contract or test_openai_fields"
 
 
-def test_every_test_lands_in_exactly_one_share_the_same_in_every_process() -> None:
-    ids = [f"t{i}" for i in range(23)]
-    costs = {f"t{i}": float(i % 7) for i in range(20)}  # three without a duration: the median stands in
+def test_every_file_lands_in_exactly_one_share_the_same_in_every_process() -> None:
+    ids = [f"f{i % 9}.py::t{i}" for i in range(40)]
+    costs = {nodeid: float(i % 7) for i, nodeid in enumerate(ids[:35])}  # five without: the median stands in
+    median = sorted(costs.values())[len(costs) // 2]
+    file_cost: dict[str, float] = {}
+    for nodeid in ids:
+        f = nodeid.split("::")[0]
+        file_cost[f] = file_cost.get(f, 0.0) + costs.get(nodeid, median)
     for n in (1, 2, 3, 8):
         share = shards.assign(ids, costs, n)
         assert share == shards.assign(list(ids), dict(costs), n)
-        assert sorted(set(share)) == list(range(min(n, len(ids))))
-        load = [sum(costs.get(t, 3.0) for t, s in zip(ids, share, strict=True) if s == k) for k in range(n)]
-        # longest first to the least loaded: no share exceeds another by more than the longest test
-        assert max(load) - min(load) <= max(costs.values())
-    assert shards.assign(ids, {}, 3) == [i % 3 for i in range(23)]
+        where: dict[str, set[int]] = {}
+        for nodeid, k in zip(ids, share, strict=True):
+            where.setdefault(nodeid.split("::")[0], set()).add(k)
+        assert all(len(ks) == 1 for ks in where.values())  # a file's tests stay together
+        assert sorted(set(share)) == list(range(n))
+        load = [sum(c for f, c in file_cost.items() if k in where[f]) for k in range(n)]
+        # longest first to the least loaded: no share exceeds another by more than the longest file
+        assert max(load) - min(load) <= max(file_cost.values())
+    assert shards.assign(ids, {}, 3) == [(i % 9) % 3 for i in range(40)]
 
 
 def test_shares_and_exit_codes() -> None:

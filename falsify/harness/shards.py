@@ -2,7 +2,7 @@
 the one results.json and junit.xml a single process writes.
 
 Each process collects every falsifier (so the binding check and the collected list are the same in each) and keeps
-its share: items are dealt longest first to the least loaded share, by the durations of the previous run on the
+its share: files are dealt longest first to the least loaded share, by the durations of the previous run on the
 same --out (round-robin when there is none). A falsifier marked `falsify_serial` (its verdict depends on time: a
 hang-up's latency, a stream's pace) runs after the parallel phase, alone, unless its engine cannot run it anyway.
 Hypothesis draws each test's examples from the run's one seed and the test alone, so the split changes no example.
@@ -66,19 +66,28 @@ def read_costs(results: Path) -> dict[str, float]:
 
 
 def assign(nodeids: Sequence[str], costs: dict[str, float], n: int) -> list[int]:
-    """The share (0-based) of each node id: longest first to the least loaded share, ties by node id and then the
-    lowest share, so every process computes the same split. Without costs, round-robin in collection order."""
+    """The share (0-based) of each node id. A file's tests stay together (its module fixtures, and the runs its
+    falsifiers cache for one another, are built once); files go longest first to the least loaded share, ties by
+    name and then the lowest share, so every process computes the same split. Without costs, files go round-robin
+    in collection order."""
+    files: dict[str, list[int]] = {}
+    for i, nodeid in enumerate(nodeids):
+        files.setdefault(nodeid.split("::", 1)[0], []).append(i)
+    share = [0] * len(nodeids)
     if not costs:
-        return [i % n for i in range(len(nodeids))]
+        for k, members in enumerate(files.values()):
+            for i in members:
+                share[i] = k % n
+        return share
     known = sorted(costs.values())
     fallback = known[len(known) // 2] if known else DEFAULT_COST
-    order = sorted(range(len(nodeids)), key=lambda i: (-costs.get(nodeids[i], fallback), nodeids[i]))
+    cost = {f: sum(costs.get(nodeids[i], fallback) for i in members) for f, members in files.items()}
     load = [0.0] * n
-    share = [0] * len(nodeids)
-    for i in order:
+    for f in sorted(files, key=lambda f: (-cost[f], f)):
         k = min(range(n), key=lambda s: (load[s], s))
-        share[i] = k
-        load[k] += costs.get(nodeids[i], fallback)
+        load[k] += cost[f]
+        for i in files[f]:
+            share[i] = k
     return share
 
 
