@@ -5,7 +5,8 @@ enforces it):
 
     errors, project, table   shared base: named errors, the project's configuration, plain-text tables;
     untrusted/               the layer every untrusted input passes: safefile (the one file layer for user
-                             paths) and boundedjson (the one reader for JSON falsify did not write)
+                             paths), boundedjson (the one reader for JSON falsify did not write) and deadline
+                             (a peer's bytes read by one deadline)
     subcommand               how every `falsify` subcommand's parser is made
     contracts/               YAML loading, schema check, formula language, corpus, lint
     engines/                 the engine protocol, loading an engine by name, adapters for engines no one here wrote

@@ -28,6 +28,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from falsify.untrusted.deadline import DeadlineReader
+
 MAX_BODY = 16 * 2**20  # bytes of one request body
 MAX_BODIES = 2 * MAX_BODY  # bytes of all the bodies read or handled at once, across connections
 IDLE_TIMEOUT = 30.0  # seconds a connection may go without sending (or taking) a byte
@@ -66,28 +68,6 @@ def _budget(server: Any, limit: int) -> BodyBudget:
         return budget
 
 
-class _DeadlineReader(io.RawIOBase):
-    """The connection's bytes, each recv given what is left of the request's deadline (at most the idle timeout)."""
-
-    def __init__(self, handler: GuardedHandler) -> None:
-        self._handler = handler
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        handler = self._handler
-        left = handler.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"the request did not arrive whole within {handler.request_timeout:g} s")
-        sock = handler.connection
-        sock.settimeout(min(left, handler.timeout))
-        try:
-            return int(sock.recv_into(buffer))
-        finally:
-            sock.settimeout(handler.timeout)  # sends keep the idle timeout
-
-
 class ClientTooSlow(TimeoutError):
     """The client stalled or hung up mid-body, or its body would pass the server's budget for all bodies (503). A
     TimeoutError, so BaseHTTPRequestHandler closes the connection."""
@@ -104,7 +84,9 @@ class GuardedHandler(BaseHTTPRequestHandler):
         self.deadline = math.inf
         self.held = 0  # bytes of the body budget this request holds
         self.rfile.close()
-        self.rfile = io.BufferedReader(_DeadlineReader(self))
+        # each recv is given what is left of the request's deadline, at most the idle timeout, which sends keep
+        late = f"the request did not arrive whole within {self.request_timeout:g} s"
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self, idle=self.timeout, late=late))
 
     def handle_one_request(self) -> None:
         self.deadline = time.monotonic() + self.request_timeout

@@ -1,6 +1,7 @@
 """HTTP with one deadline per exchange, not a timeout per recv: connect, request, status line, `1xx` responses,
 headers and body all end by `deadline` (time.monotonic()), however slowly the bytes come (issue #27). Used by the
-wire protocol's HTTP transport and by the OpenAI-compatible engine."""
+wire protocol's HTTP transport and by the OpenAI-compatible engine; the replies are read through the untrusted-input
+layer's DeadlineReader (falsify/untrusted/deadline.py), as the reference engine's servers read their requests."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import io
 import socket
 import time
 from typing import Any
+
+from falsify.untrusted.deadline import DeadlineReader
 
 
 class DeadlineSocket:
@@ -32,14 +35,10 @@ class DeadlineSocket:
         self._sock.settimeout(self._left())  # since Python 3.5 the timeout bounds the whole sendall
         self._sock.sendall(data)
 
-    def recv_into(self, buffer: Any) -> int:
-        self._sock.settimeout(self._left())
-        return self._sock.recv_into(buffer)
-
     def makefile(self, mode: str = "rb") -> io.BufferedReader:
         assert mode == "rb", mode
         self._readers += 1
-        return io.BufferedReader(DeadlineReader(self))
+        return io.BufferedReader(DeadlineReader(self._sock, self, on_close=self.reader_closed))
 
     def reader_closed(self) -> None:
         self._readers -= 1
@@ -56,22 +55,6 @@ class DeadlineSocket:
 
     def shutdown(self, how: int) -> None:
         self._sock.shutdown(how)
-
-
-class DeadlineReader(io.RawIOBase):
-    def __init__(self, sock: DeadlineSocket) -> None:
-        self._sock = sock
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        return self._sock.recv_into(buffer)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._sock.reader_closed()
-        super().close()
 
 
 class DeadlineConnection(http.client.HTTPConnection):
