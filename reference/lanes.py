@@ -19,11 +19,11 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
+from falsify.engines.lanes import LaneRounds
 from reference.prefill import Prefill, chunk_width
 from reference.sampling import greedy
 
@@ -81,7 +81,7 @@ class _Lane:
     final_pos: int = 0  # the state's position when the lane was released
 
 
-class LaneHost:
+class LaneHost(LaneRounds):
     """Streams over one model: `submit`, then `round` until `busy()` is false.
 
     chunk_cap: tokens per prefill chunk (a multiple of the model's chunk_size; None: chunk_size).
@@ -197,7 +197,7 @@ class LaneHost:
         Mid-prefill it pauses with its state at the last finished chunk's end (resume goes on from there);
         decoding, it finishes with the tokens emitted so far. A paused or done stream is unchanged.
         """
-        lane = self._lane(stream)
+        lane = self._stream(stream)
         if lane.phase is Phase.PREFILL:
             self._queue.remove(lane.id)
             lane.phase = Phase.PAUSED
@@ -210,7 +210,7 @@ class LaneHost:
 
         The pass is planned again from the state's position, so it cuts as the whole pass does from there.
         """
-        lane = self._lane(stream)
+        lane = self._stream(stream)
         if lane.phase is not Phase.PAUSED:
             raise StreamError(f"resume: stream {stream} is {lane.phase}, not paused")
         lane.prefill = Prefill.open(self.model, lane.state, lane.prompt, chunk_cap=self.chunk_cap)
@@ -219,7 +219,7 @@ class LaneHost:
 
     def leave(self, stream: int) -> None:
         """The client is gone: forget the stream and return its pages and slot to the pool."""
-        lane = self._lane(stream)
+        lane = self._stream(stream)
         if lane.phase is Phase.PREFILL:
             self._queue.remove(lane.id)
         if lane.state is not None:
@@ -230,14 +230,6 @@ class LaneHost:
         """Whether a round would do any work."""
         return bool(self._queue) or any(lane.phase is Phase.DECODE for lane in self._lanes.values())
 
-    def run(self, max_rounds: int = 1_000_000) -> int:
-        """Rounds until idle; returns how many ran."""
-        n = 0
-        while self.busy() and n < max_rounds:
-            self.round()
-            n += 1
-        return n
-
     def pool(self) -> tuple[int, int, int]:
         """(free, used, total) pages of the shared KV pool."""
         return self._pool.counts()
@@ -245,34 +237,26 @@ class LaneHost:
     def streams(self) -> tuple[int, ...]:
         return tuple(self._lanes)
 
-    def tokens(self, stream: int) -> list[int]:
-        return list(self._lane(stream).tokens)
-
-    def decode_gaps(self, stream: int) -> list[int]:
-        """For each emitted token after the first, the rounds since the stream's previous token."""
-        r = self._lane(stream).token_rounds
-        return [b - a for a, b in pairwise(r)]
-
     def state_digest(self, stream: int) -> str:
         """sha256 of the stream's state bytes (a finished stream's: when its lane was released)."""
-        lane = self._lane(stream)
+        lane = self._stream(stream)
         return lane.state.digest() if lane.state is not None else str(lane.digest)
 
     def state_bytes(self, stream: int) -> bytes:
-        lane = self._lane(stream)
+        lane = self._stream(stream)
         if lane.state is None:
             raise StreamError(f"state_bytes: stream {stream} is done; its lane was released (digest kept)")
         return bytes(lane.state.to_bytes())
 
     def stats(self, stream: int) -> StreamStats:
-        lane = self._lane(stream)
+        lane = self._stream(stream)
         pos = lane.state.pos if lane.state is not None else lane.final_pos
         pages = len(lane.state.pages) if lane.state is not None else 0
         return StreamStats(
             lane.phase, int(pos), len(lane.tokens), lane.prefill_chunks, lane.decode_forwards, pages
         )
 
-    def _lane(self, stream: int) -> _Lane:
+    def _stream(self, stream: int) -> _Lane:
         lane = self._lanes.get(stream)
         if lane is None:
             raise StreamError(f"no stream {stream!r} on this host (never submitted, or it left)")

@@ -109,12 +109,14 @@ def test_the_harness_never_imports_the_reference_engine() -> None:
 # What the reference engine may use of the harness (issue #29: the harness owns its instruments, the reference uses
 # them): the engine-side instruments, whose distribution packaging/reference declares a dependency on. Nothing else:
 # the engine must not reach into the harness that judges it. (calls: a generate call's argument checks, the same
-# refusals for the harness's own sessions and the reference engine's.) And one guard of the untrusted-input layer,
-# from the same distribution (issue #50): untrusted.deadline, the reader by one deadline through which the harness's
-# HTTP client reads an engine's replies and the reference's HTTP servers read their clients' requests.
+# refusals for the harness's own sessions and the reference engine's; lanes: what every lane host derives from its
+# rounds, `run`, `tokens` and `decode_gaps`.) And one guard of the untrusted-input layer, from the same distribution
+# (issue #50): untrusted.deadline, the reader by one deadline through which the harness's HTTP client reads an
+# engine's replies and the reference's HTTP servers read their clients' requests.
 INSTRUMENTS = {
     "falsify.engines.calls",
     "falsify.engines.cancel",
+    "falsify.engines.lanes",
     "falsify.engines.prefill",
     "falsify.engines.tokens",
     "falsify.untrusted.deadline",

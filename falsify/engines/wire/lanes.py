@@ -14,11 +14,12 @@ ProtocolViolation naming it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import count, pairwise
+from itertools import count
 from typing import Any, NoReturn
 
 import numpy as np
 
+from falsify.engines.lanes import LaneRounds
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
@@ -66,7 +67,7 @@ class _Stream:
 _handles = count(1)  # cancel-token handles, unique within the harness process
 
 
-class WireLaneHost:
+class WireLaneHost(LaneRounds):
     def __init__(
         self,
         engine: Any,  # a WireEngine
@@ -217,15 +218,15 @@ class WireLaneHost:
         events["emitted"].append(sid)
 
     def cancel(self, stream: int) -> None:
-        self._known(stream)
+        self._stream(stream)
         self._request("lane_cancel", {"stream": stream})
 
     def resume(self, stream: int) -> None:
-        self._known(stream)
+        self._stream(stream)
         self._request("lane_resume", {"stream": stream})
 
     def leave(self, stream: int) -> None:
-        self._known(stream)
+        self._stream(stream)
         self._request("lane_leave", {"stream": stream})
         del self._streams[stream]
 
@@ -249,10 +250,10 @@ class WireLaneHost:
         return self._status
 
     def _entry(self, stream: int) -> dict[str, Any]:
-        self._known(stream)
+        self._stream(stream)
         return next(s for s in self.status()["streams"] if s["stream"] == stream)
 
-    def _known(self, stream: int) -> _Stream:
+    def _stream(self, stream: int) -> _Stream:
         s = self._streams.get(stream)
         if s is None:
             raise StreamError(f"no stream {stream!r} on this host (never submitted, or it left)")
@@ -260,13 +261,6 @@ class WireLaneHost:
 
     def busy(self) -> bool:
         return bool(self.status()["busy"])
-
-    def run(self, max_rounds: int = 1_000_000) -> int:
-        n = 0
-        while self.busy() and n < max_rounds:
-            self.round()
-            n += 1
-        return n
 
     def pool(self) -> tuple[int, int, int]:
         p = self.status()["pool"]
@@ -276,21 +270,14 @@ class WireLaneHost:
         self.status()
         return tuple(self._streams)
 
-    def tokens(self, stream: int) -> list[int]:
-        return list(self._known(stream).tokens)
-
-    def decode_gaps(self, stream: int) -> list[int]:
-        r = self._known(stream).token_rounds
-        return [b - a for a, b in pairwise(r)]
-
     def state_digest(self, stream: int) -> str:
-        self._known(stream)
+        self._stream(stream)
         return str(
             self.engine.connection().request("lane_digest", {"host": self.handle, "stream": stream})["digest"]
         )
 
     def stats(self, stream: int) -> WireStreamStats:
-        s, entry = self._known(stream), self._entry(stream)
+        s, entry = self._stream(stream), self._entry(stream)
         if entry["emitted"] != len(s.tokens) or entry["pos"] != len(s.fed):
             self.violation(
                 f"lane_status: stream {stream} emitted {entry['emitted']} at position {entry['pos']}; its events "
