@@ -21,8 +21,9 @@ from pathlib import Path
 
 from falsify import __version__
 from falsify.errors import FalsifyError, terminal_safe
+from falsify.harness.shards import MAX_JOBS as GATE_MAX_JOBS
 from falsify.project import Project, find_project, find_project_or_none
-from falsify.subcommand import add_subcommand, seconds
+from falsify.subcommand import add_subcommand, seconds, whole_number
 
 # name -> module; modules are imported only when their command runs, so one broken part cannot break the rest.
 COMMANDS = {
@@ -151,7 +152,7 @@ def engine_spec(args: argparse.Namespace, project: Project, *, probe: bool = Fal
     if not spec.startswith("openai+exec:"):  # that one starts its server: only the run itself does
         check_engine(spec, project.import_roots)
     if probe:  # a wire engine that cannot start: one line and exit 2, before any test runs
-        from falsify.harness.gate import terminate_as_exit
+        from falsify.harness.pytest_runs import terminate_as_exit
 
         restore = terminate_as_exit()  # SIGTERM mid-probe: the probe's engine is stopped, not left running
         try:
@@ -172,7 +173,8 @@ def add_bindings(sub: argparse._SubParsersAction) -> None:
 def run_bindings(args: argparse.Namespace) -> int:
     import tempfile
 
-    from falsify.harness.gate import lint_project, run_pytest_timed
+    from falsify.harness.gate import lint_project
+    from falsify.harness.pytest_runs import run_pytest_timed
     from falsify.harness.results import load_results
     from falsify.table import table
 
@@ -251,17 +253,10 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--jobs",
-        type=_jobs,
-        help="pytest processes the falsifiers are split over, 1 to 8; those marked falsify_serial run alone after "
-        "(default: $FALSIFY_GATE_JOBS, else [tool.falsify.gate] jobs, else the cores here; 1 for openai+ engines)",
+        type=whole_number(1, GATE_MAX_JOBS),
+        help="pytest processes, 1-8 (default: $FALSIFY_GATE_JOBS, [tool.falsify.gate] jobs, the cores; openai+: 1)",
     )
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest")
-
-
-def _jobs(text: str) -> int:
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 8:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 8")
-    return int(text)
 
 
 def run_gate(args: argparse.Namespace) -> int:

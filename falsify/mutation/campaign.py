@@ -23,7 +23,8 @@ from typing import Any
 from falsify.contracts.lint import EXIT_EMPTY
 from falsify.engines.loading import check_engine, engine_forms, resolve_engine
 from falsify.harness.command import falsifier_args
-from falsify.harness.gate import lint_project, run_pytest_timed
+from falsify.harness.gate import lint_project
+from falsify.harness.pytest_runs import run_pytest_timed
 from falsify.harness.results import Outcome, per_prediction
 from falsify.mutation import executors
 from falsify.project import find_project
