@@ -53,11 +53,12 @@ def test_shares_and_exit_codes() -> None:
 
 
 def test_wire_coverage_is_the_union_of_the_shares() -> None:
-    def part(unexercised: list[str]) -> dict[str, object]:
-        return {"tests": {}, "counts": {}, "wire_coverage": {"of": 5, "unexercised": unexercised}}
+    def part(unexercised: list[str], restarts: int) -> dict[str, object]:
+        coverage = {"of": 5, "unexercised": unexercised, "restarts": restarts}
+        return {"tests": {}, "counts": {}, "wire_coverage": coverage}
 
-    merged = shards.merge_results([part(["a", "b", "c"]), part(["b", "c", "d"])])
-    assert merged["wire_coverage"] == {"exercised": 3, "of": 5, "unexercised": ["b", "c"]}
+    merged = shards.merge_results([part(["a", "b", "c"], 1), part(["b", "c", "d"], 2)])
+    assert merged["wire_coverage"] == {"exercised": 3, "of": 5, "unexercised": ["b", "c"], "restarts": 3}
 
 
 def _gate(jobs: int, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:

@@ -1,7 +1,8 @@
 """A wire engine that crashes, hangs, or sends a line that is not JSON or is 100 MB long during the run: each is a
 named ERROR row for the predictions it touches and a non-zero gate exit, within the timeout, never a hang and never
-a PASS. The gate runs the cancellation contract's falsifiers (falsify/packs/serving/falsifiers/test_cancel_contract.py
-through `-k`) against tests/fixtures/wire/bad_engine.py.
+a PASS. The engine is started afresh after each break, MAX_RESTARTS times a run; the rows after that name the budget
+and the last break (issue #46). The gate runs the cancellation contract's falsifiers
+(falsify/packs/serving/falsifiers/test_cancel_contract.py through `-k`) against tests/fixtures/wire/bad_engine.py.
 
 An engine that cannot start at all (the command exits, answers `initialize` in another protocol version, or nothing
 listens at the URL) is refused before any test runs: one line naming the cause, exit 2 (docs/cli.md)."""
@@ -14,10 +15,13 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from testkit_canned_http import CannedServer
 from testkit_gate_cli import run_cli
+
+from falsify.engines.wire.client import MAX_RESTARTS
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "tests" / "fixtures" / "wire" / "bad_engine.py"
@@ -34,7 +38,13 @@ TIMEOUT = 3  # FALSIFY_WIRE_TIMEOUT for these runs, seconds
     ],
 )
 def test_a_broken_engine_is_a_named_error_row(mode: str, error: str, tmp_path: Path) -> None:
-    gate_names_the_error(f"exec:{sys.executable} {BAD} {mode}", error, tmp_path)
+    cancel = gate_names_the_error(f"exec:{sys.executable} {BAD} {mode}", error, tmp_path)
+    # a fresh engine after each break, MAX_RESTARTS times; then the later rows name the budget, in one line
+    budget = f"broke {MAX_RESTARTS + 1} times in this run, not started again (at most {MAX_RESTARTS} restarts a run)"
+    assert any(budget in r["detail"] for r in cancel), [r["detail"] for r in cancel]
+    assert sum(r["detail"].startswith(f"{error} while falsifying ") for r in cancel) >= MAX_RESTARTS + 1, (
+        cancel
+    )
 
 
 def test_an_http_server_that_is_not_an_engine_is_a_named_error_row(tmp_path: Path) -> None:
@@ -74,7 +84,9 @@ def gate_refuses_the_engine(engine: str, cause: str, tmp_path: Path) -> None:
     assert not (tmp_path / "out" / "gate.json").exists()  # no test ran
 
 
-def gate_names_the_error(engine: str, error: str, tmp_path: Path) -> None:
+def gate_names_the_error(engine: str, error: str, tmp_path: Path) -> list[dict[str, Any]]:
+    """The gate on ENGINE over the cancellation contract: every row of it an ERROR naming ERROR, none PASS; its
+    rows."""
     env = os.environ.copy()
     env.update(PYTHONPATH=str(ROOT), FALSIFY_WIRE_TIMEOUT=str(TIMEOUT), HYPOTHESIS_PROFILE="ci")
     started = time.monotonic()
@@ -90,3 +102,4 @@ def gate_names_the_error(engine: str, error: str, tmp_path: Path) -> None:
     assert all(error in r["detail"] for r in cancel), [r["detail"] for r in cancel]
     # one timeout at most, then every later call fails at once; the rest is pytest collecting the suite
     assert elapsed < 120, f"gate took {elapsed:.0f} s"
+    return cancel

@@ -385,7 +385,10 @@ def wire_coverage_line(results: dict[str, object]) -> str | None:
         return None
     missing = [str(m) for m in cov.get("unexercised", ()) if isinstance(m, str)]
     line = f"gate: wire protocol: {cov.get('exercised')} of {cov.get('of')} messages and errors exercised"
-    return line + (f"; unexercised: {', '.join(missing)}" if missing else "; none unexercised")
+    line += f"; unexercised: {', '.join(missing)}" if missing else "; none unexercised"
+    return line + (
+        f"; the engine restarted {cov['restarts']} times after wire breaks" if cov.get("restarts") else ""
+    )
 
 
 def _timed_out(r: PredictionResult, whole: float) -> PredictionResult:

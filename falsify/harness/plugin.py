@@ -26,7 +26,7 @@ from falsify.engines.env_settings import test_timeout
 from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine, with_boundary
 from falsify.errors import terminal_safe
 from falsify.harness import checks as check_module
-from falsify.harness import fixtures, shards
+from falsify.harness import fixtures, shards, wire_engine
 from falsify.harness.checks import CannotShowHere, Observation
 from falsify.harness.collection import UnmarkedModules, link_out
 from falsify.harness.draws import apply_seed, chosen_profile, draws, register_profiles
@@ -267,6 +267,7 @@ class FalsifyPlugin:
         ids = marked_ids(item)
         if not ids:
             return
+        wire_engine.restart_broken(self._engine)
         reasons = self._reasons(item, ids)
         if reasons:
             # Recorded here, by the plugin, from the engine's own answer: a test that skips itself with a message
@@ -316,6 +317,7 @@ class FalsifyPlugin:
         observations: list[Observation] = []
         record = self.results.setdefault(item.nodeid, _new_record(ids))
         record["predictions"] = ids
+        broken_before = wire_engine.failure(self._engine)
         previous = check_module.recorder
         check_module.recorder = observations.append
         limit = self.test_timeout
@@ -338,6 +340,9 @@ class FalsifyPlugin:
             record["cannot_show"] = {k: _clip(v) for k, v in exc.control.items()}
             raise pytest.skip.Exception(f"{NOT_APPLICABLE}{exc}") from None
         except BaseException as exc:
+            if broke := wire_engine.wire_break(self._engine, broken_before, ids, self.load()):
+                record["exception"], record["assertion"] = broke.name, False  # the row names the break
+                raise broke from None
             record["exception"] = type(exc).__name__
             record["assertion"] = isinstance(exc, AssertionError | pytest.fail.Exception)
             raise
@@ -404,9 +409,8 @@ class FalsifyPlugin:
                 else "error"
             )
             crash = getattr(report.longrepr, "reprcrash", None)
-            record["message"] = (crash.message if crash else report.longreprtext.strip().split("\n")[-1])[
-                :1000
-            ]
+            message = crash.message if crash else report.longreprtext.strip().split("\n")[-1]
+            record["message"] = wire_engine.row_message(message)[:1000]
             record["where"] = report.when
         elif report.when == "call" and record["outcome"] == "not run":
             record["outcome"] = "passed"
@@ -430,25 +434,10 @@ class FalsifyPlugin:
         self._write_results()
 
     def _wire_coverage(self) -> None:
-        """For a wire engine: the agreed version's messages and errors this run exercised, and those it did not."""
-        conn = getattr(self._engine, "_conn", None)
-        if conn is None or not hasattr(conn, "seen"):
-            return
-        from falsify.engines.wire.conformance import spec_parts, unexercised
-
-        parts = [p for p in spec_parts(self._engine.version) if p not in ("shutdown", "exit")]
-        missing = unexercised(conn.seen, parts)
-        self.wire_coverage = {
-            "exercised": len(parts) - len(missing),
-            "of": len(parts),
-            "unexercised": missing,
-        }
+        self.wire_coverage = wire_engine.coverage(self._engine)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if tr is not None and self.shard is None:  # a share's coverage is part of the run's: the gate says it
-            tr.write_line(
-                f"falsify: wire protocol: {len(parts) - len(missing)} of {len(parts)} messages and errors exercised"
-                + (f"; unexercised: {', '.join(missing)}" if missing else "")
-            )
+        if self.wire_coverage is not None and tr is not None and self.shard is None:  # a share's: the gate's
+            tr.write_line(f"falsify: {wire_engine.coverage_line(self.wire_coverage)}")
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         corpus = self.load()

@@ -113,7 +113,13 @@ def merge_results(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
         # a message exercised by any share was exercised by the run
         unexercised = [m for m in coverage[0]["unexercised"] if all(m in c["unexercised"] for c in coverage)]
         of = coverage[0]["of"]
-        merged["wire_coverage"] = {"exercised": of - len(unexercised), "of": of, "unexercised": unexercised}
+        restarts = sum(c.get("restarts", 0) for c in coverage)  # each share's engine restarts on its own
+        merged["wire_coverage"] = {
+            "exercised": of - len(unexercised),
+            "of": of,
+            "unexercised": unexercised,
+            "restarts": restarts,
+        }
     # "hypothesis" is the first share's: every share ran under the same environment, so the same profile and seed
     return merged
 

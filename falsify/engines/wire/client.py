@@ -4,8 +4,8 @@
 `cancel_token` (and models' `new_state` / `forward` / states' `to_bytes` / `digest` / `copy` / `release` when the
 engine offers the `state` capability). docs/engine-protocol.md is the protocol.
 
-The harness stays the judge. During `generate` the engine asks the harness before each forward that could
-produce a token (`$/poll`, answered from the harness's own cancel token, which counts the poll), reports every
+The harness stays the judge (judge.py). During `generate` the engine asks the harness before each forward that
+could produce a token (`$/poll`, answered from the harness's own cancel token, which counts the poll), reports every
 forward before running it (`$/forward`: start position and tokens fed), and reports every token (`$/token`). The
 `Run` returned is built from those events as the harness counted them; the engine's own counts (`claims`) are
 kept beside it, never used. Each reported forward is also replayed, without running anything, through
@@ -21,9 +21,10 @@ import atexit
 import hashlib
 import importlib.metadata
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
@@ -39,20 +40,22 @@ from falsify.engines.env_settings import (
 from falsify.engines.prefill import Stepped
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
-from falsify.engines.wire.connection import Connection, EngineRefused
+from falsify.engines.wire.connection import Connection
 from falsify.engines.wire.events import EventState, WireRun, _engine_bytes, checked_logits
+from falsify.engines.wire.judge import Judge
 from falsify.engines.wire.messages import (
     PROTOCOL_VERSIONS,
     V1,
     V1_CAPABILITIES,
-    ErrorCode,
 )
 from falsify.engines.wire.transports import TransportError, open_transport
+from falsify.errors import terminal_safe
 
 DEFAULT_TIMEOUT = (
     WIRE_TIMEOUT  # seconds the harness waits for each message of the engine (FALSIFY_WIRE_TIMEOUT)
 )
 DEFAULT_MAX_LINE = WIRE_MAX_LINE  # bytes in one message line (FALSIFY_WIRE_MAX_LINE)
+MAX_RESTARTS = 3  # fresh engine processes a run starts after wire breaks (WireEngine.restart)
 
 # falsify capabilities (falsify/engines/protocol.py) a wire engine can serve, and the wire capability each needs.
 # `lanes` also needs `generate`: its falsifiers compare each stream's tokens with the same request run alone.
@@ -81,12 +84,15 @@ class WireEngine:
         self._failure: errors.WireError | None = None
         self._models: dict[str, WireModel] = {}
         self._lock = threading.Lock()
+        self.generation = 0  # the engine process this object talks to: +1 at each restart
+        self.restarts = 0
+        self._carried: Counter[str] = Counter()  # messages seen by the processes before a restart
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def connection(self) -> Connection:
         with self._lock:
             if self._failure is not None:
-                raise self._failure
+                raise self._failure.again()
             if self._conn is None:
                 try:
                     self._conn = self._start()
@@ -94,7 +100,7 @@ class WireEngine:
                     self._failure = exc
                     raise
             if self._conn.failure is not None:
-                raise self._conn.failure
+                raise self._conn.failure.again()
             return self._conn
 
     def _start(self) -> Connection:
@@ -145,6 +151,46 @@ class WireEngine:
             capabilities &= frozenset(V1_CAPABILITIES)
         self.capabilities = capabilities
 
+    @property
+    def failure(self) -> errors.WireError | None:
+        """The error that ended the connection (or its start), else None."""
+        if self._failure is not None:
+            return self._failure
+        return self._conn.failure if self._conn is not None else None
+
+    def restart(self) -> bool:
+        """After a wire break in a running engine, start a fresh one for the next falsifier (issue #46: one break
+        made every later prediction an ERROR row). Not for an engine that failed to start, nor more than
+        MAX_RESTARTS times a run: at the next break every later call raises, at once, one error naming the
+        budget and the last break. Models loaded before are loaded again in the new process when next used
+        (WireModel.handle); other handles of the old process are gone. True when the next call starts a new
+        process."""
+        with self._lock:
+            if self._failure is not None or self._conn is None or self._conn.failure is None:
+                return False
+            broke = self._conn.failure
+            if self.restarts >= MAX_RESTARTS:
+                self._failure = type(broke)(
+                    f"engine {self.spec}: broke {self.restarts + 1} times in this run, not started again (at "
+                    f"most {MAX_RESTARTS} restarts a run); the last break: {broke}"
+                )
+                return False
+            self._conn.close(grace=0)
+            self._carried.update(self._conn.seen)  # the run's wire coverage counts every process's messages
+            self._conn = None
+            self.generation += 1
+            self.restarts += 1
+            return True
+
+    def wire_seen(self) -> Counter[str]:
+        """Each message and error code of the protocol this run exercised, in every engine process it started."""
+        return self._carried + (self._conn.seen if self._conn is not None else Counter())
+
+    def last_message(self) -> str:
+        """The last line the engine sent on the current connection, clipped, for naming a break; "" if none."""
+        line = self._conn.last_line if self._conn is not None else b""
+        return terminal_safe(line.decode("utf-8", "replace"))
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
@@ -166,7 +212,9 @@ class WireEngine:
     def load_model(self, weights: str = "f32") -> WireModel:
         if weights not in self._models:
             result = self.connection().request("load_model", {"weights": weights, "path": None})
-            self._models[weights] = WireModel(self, result["model"], WireConfig(**result["config"]))
+            self._models[weights] = WireModel(
+                self, result["model"], WireConfig(**result["config"]), weights=weights
+            )
         return self._models[weights]
 
     def session(self, model: Any) -> WireSession:
@@ -245,10 +293,27 @@ class WireConfig:
 class WireModel:
     """A model loaded in the engine. `forward` and states need the engine's `state` capability."""
 
-    def __init__(self, engine: WireEngine, handle: str, config: WireConfig) -> None:
+    def __init__(self, engine: WireEngine, handle: str, config: WireConfig, weights: str = "f32") -> None:
         self.engine = engine
-        self.handle = handle
+        self._handle = handle
         self.config = config
+        self.weights = weights
+        self.generation = engine.generation
+
+    @property
+    def handle(self) -> str:
+        """The model's handle in the running engine process: loaded again there after a restart, so a falsifier's
+        module-scoped model keeps working (its config must not change)."""
+        if self.generation != self.engine.generation:
+            result = self.engine.connection().request("load_model", {"weights": self.weights, "path": None})
+            config = WireConfig(**result["config"])
+            if config != self.config:
+                raise errors.ProtocolViolation(
+                    f"engine {self.engine.spec}: restarted, it loaded the model with config {config}, "
+                    f"not {self.config}"
+                )
+            self._handle, self.generation = result["model"], self.engine.generation
+        return self._handle
 
     def _needs_state(self) -> Connection:
         conn = self.engine.connection()
@@ -411,7 +476,7 @@ class WireSession(CheckedGenerate[WireRun]):
 
     def _run(self, call: GenerateCall) -> WireRun:
         cancel = call.cancel
-        judge = _Judge(
+        judge = Judge(
             self, call.prompt, call.max_tokens, frozenset(call.stops), cancel, call.sampler, call.on_token
         )
         polls_before = cancel.polls
@@ -428,146 +493,6 @@ class WireSession(CheckedGenerate[WireRun]):
 
     def release(self) -> None:
         self.engine.connection().request("release_session", {"session": self.handle})
-
-
-class _Judge:
-    """Counts one generate's events and checks that they can be true."""
-
-    def __init__(
-        self,
-        session: WireSession,
-        prompt: list[int],
-        max_tokens: int,
-        stops: frozenset[int],
-        cancel: Any,
-        sampler: Callable[[np.ndarray], int] | None,
-        on_token: Callable[[int], object] | None,
-    ) -> None:
-        self.session, self.prompt, self.max_tokens, self.stops = session, prompt, max_tokens, stops
-        self.cancel, self.sampler, self.on_token = cancel, sampler, on_token
-        self.tokens: list[int] = []
-        self.prefill_forwards = 0
-        self.decode_forwards = 0
-        self.positions: list[int] = []
-        self.first_start: int | None = None
-        self.unused = 0  # forwards behind the newest logits while no token has come from them
-        self.wasted = 0
-        self.fed_since_token = False
-        self.sampled: int | None = None
-        self.request_id: int | None = None
-
-    def violation(self, text: str) -> NoReturn:
-        conn = self.session.engine.connection()
-        conn.fail(errors.ProtocolViolation(f"engine {self.session.engine.spec}: {text}"))
-
-    def on_engine(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
-        if self.request_id is None:
-            self.request_id = params["request"]
-        elif params["request"] != self.request_id:
-            self.violation(f"{method} names request {params['request']}, not the generate in flight")
-        if method == "$/poll":
-            return {"cancelled": bool(self.cancel.is_cancelled())}
-        if method == "$/forward":
-            self.forward(params["start"], params["tokens"])
-            return None
-        if method == "$/sample":
-            if self.sampler is None:
-                raise EngineRefused(
-                    ErrorCode.INVALID_REQUEST, "$/sample: this generate asked for sampler greedy"
-                )
-            vocab = self.session.model.config.vocab_size
-            logits = checked_logits(self.session.engine, params["logits"], "$/sample logits", (vocab,))
-            self.sampled = int(self.sampler(logits))
-            return {"token": self.sampled}
-        self.token(params["token"])  # $/token
-        return None
-
-    def forward(self, start: int, fed: list[int]) -> None:
-        history = self.session.history
-        if start > len(history):
-            self.violation(
-                f"$/forward at position {start}, but the forwards reported so far brought the state to "
-                f"{len(history)}: {start - len(history)} token(s) were fed with no $/forward"
-            )
-        if not self.tokens:
-            expected = self.prompt[start : start + len(fed)]
-            if fed != expected:
-                self.violation(
-                    f"prefill $/forward at {start} fed {fed[:8]}..., the prompt has {expected[:8]}... there"
-                )
-            self.prefill_forwards += 1
-            if self.first_start is None:
-                self.first_start = start
-            self.unused += 1
-        else:
-            if fed != [self.tokens[-1]] or start != len(history):
-                self.violation(
-                    f"decode $/forward at {start} fed {fed[:8]}; expected the previous token [{self.tokens[-1]}] "
-                    f"at {len(history)}"
-                )
-            self.decode_forwards += 1
-            self.positions.append(start)
-            self.wasted += self.unused
-            self.unused = 1
-        del history[start:]
-        history.extend(fed)
-        self.fed_since_token = True
-        # replayed through the falsifier's model object, so a harness proxy counts it (runs nothing)
-        self.session.model.forward(np.asarray(fed, dtype=np.int64), EventState(start, self.session.handle))
-
-    def token(self, token: int) -> None:
-        vocab = self.session.model.config.vocab_size
-        if not 0 <= token < vocab:
-            self.violation(
-                f"$/token {token} outside the vocabulary of {vocab} [rule: token ids lie in [0, vocab_size)]"
-            )
-        if not self.fed_since_token:
-            holds_prompt = not self.tokens and self.session.history == self.prompt
-            if not holds_prompt:
-                self.violation(
-                    f"$/token {token} (token {len(self.tokens)}) with no $/forward reported since the last"
-                )
-        if self.sampler is not None and self.sampled is None:
-            self.violation(
-                f"$/token {token} (token {len(self.tokens)}) without first asking the harness's sampler "
-                '($/sample) [rule: with sampler "harness", each token is the one $/sample answered]'
-            )
-        if self.sampler is not None and self.sampled != token:
-            self.violation(f"$/token {token}, but the harness's sampler ($/sample) answered {self.sampled}")
-        self.sampled = None
-        self.tokens.append(token)
-        self.unused = 0
-        self.fed_since_token = False
-        if self.on_token is not None:
-            self.on_token(token)
-
-    def finish(self, result: dict[str, Any], polls: int) -> WireRun:
-        if list(result["tokens"]) != self.tokens:
-            self.violation(
-                f"generate returned tokens {result['tokens'][:8]}..., $/token reported {self.tokens[:8]}..."
-            )
-        if self.tokens and self.tokens[-1] in self.stops:
-            stop = "stop_token"
-        elif len(self.tokens) >= self.max_tokens:
-            stop = "max_tokens"
-        else:
-            stop = "cancelled"
-        if result["stop_reason"] != stop:
-            self.violation(f"generate says it stopped for {result['stop_reason']}; its events say {stop}")
-        reused = len(self.prompt) if self.tokens and self.prefill_forwards == 0 else self.first_start or 0
-        return WireRun(
-            tokens=tuple(self.tokens),
-            emitted=len(self.tokens),
-            decode_forwards=self.decode_forwards,
-            prefill_forwards=self.prefill_forwards,
-            polls=polls,
-            positions=tuple(self.positions),
-            wasted_forwards=self.wasted + self.unused,
-            stop_reason=stop,
-            prompt_len=len(self.prompt),
-            reused=reused,
-            claims=dict(result.get("claims", {})),
-        )
 
 
 def _version() -> str:

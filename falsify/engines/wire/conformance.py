@@ -108,7 +108,7 @@ def probes(engine: Any) -> list[Probe]:
         try:
             body()
             if conn.failure is not None:  # a failure the body did not see (a notification to a dead engine)
-                raise conn.failure
+                raise conn.failure.again()
         except (AssertionError, ValueError, RuntimeError, errors.WireError) as exc:
             out.append(Probe(name, f"FAIL: {exc}"))
         else:

@@ -28,6 +28,7 @@ from falsify.engines.wire.transports import HttpTransport, StdioTransport, Trans
 from falsify.errors import terminal_safe
 from falsify.untrusted import boundedjson
 
+LAST_LINE = 200  # bytes of the engine's last line kept to name a break (WireEngine.last_message)
 OnEngine = Callable[[str, dict[str, Any]], dict[str, Any] | None]
 
 
@@ -60,6 +61,7 @@ class Connection:
         self.seen: Counter[str] = Counter()
         self._next_id = 1
         self._answered = False  # a message of the engine's has been read
+        self.last_line = b""  # the engine's last line, its first LAST_LINE bytes: what a break names
         self._lock = threading.Lock()  # one request in flight: the protocol is not pipelined
         self._quiet_until = 0.0  # time.monotonic() by which the engine must send a message other than $/log
         self._during: Counter[str] = Counter()  # the engine's messages since the request in flight was sent
@@ -114,7 +116,7 @@ class Connection:
         `total`, if shorter) of the request, however many messages come between."""
         with self._lock:
             if self.failure is not None:
-                raise self.failure
+                raise self.failure.again()
             rid = self._next_id
             self._next_id += 1
             self.seen[method] += 1
@@ -191,6 +193,7 @@ class Connection:
             if kind == "eof":
                 self.fail(errors.EngineCrashed(f"{self._who()}: {value} while {waiting}{self._status()}"))
             self._answered = True
+            self.last_line = value[:LAST_LINE]
             message = self._parse(value, waiting)
             self._during[str(message.get("method", "a reply"))] += 1
             if message.get("method") != "$/log":
@@ -263,7 +266,8 @@ class Connection:
         if self.failure is None:
             self.failure = error
             self.transport.close(grace=0)
-        raise self.failure
+            raise error
+        raise self.failure.again()
 
     def close(self, grace: float = 2.0) -> None:
         if self.failure is None:
