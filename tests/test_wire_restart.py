@@ -18,7 +18,7 @@ from testkit_gate_cli import run_serving_falsifiers
 from falsify.contracts.corpus import project_corpus
 from falsify.contracts.packs import falsifiers_dir
 from falsify.engines.wire import errors
-from falsify.engines.wire.client import MAX_RESTARTS, WireEngine
+from falsify.engines.wire.client import MAX_RESTARTS, WireConfig, WireEngine
 
 ROOT = Path(__file__).resolve().parent.parent
 PROXY = ROOT / "tests" / "fixtures" / "wire" / "breaks_once.py"
@@ -116,3 +116,26 @@ def test_an_engine_that_breaks_every_time_ends_in_one_line_naming_the_budget() -
     )
     assert "the last break: EngineCrashed:" in said and "killed by signal SIGKILL" in said, said
     assert time.monotonic() - started < 60  # four engine starts, each crashing at once
+
+
+def test_a_model_is_loaded_again_after_a_restart_and_must_keep_its_config() -> None:
+    engine = WireEngine(f"exec:{sys.executable} {BAD} crash")
+    try:
+        model = engine.load_model("f32")
+        with pytest.raises(errors.EngineCrashed):
+            engine.session(model).generate([1, 2, 3], 4)
+        assert engine.restart()
+        assert model.handle == "m" and model.generation == engine.generation == 1  # loaded in the new process
+        assert engine.wire_seen()["load_model"] == 2
+        assert not engine.restart() and engine.generation == 1  # nothing broke: nothing to restart
+        with pytest.raises(errors.EngineCrashed):
+            engine.session(model).generate([1, 2, 3], 4)
+        assert engine.restart()
+        model.config = WireConfig(
+            vocab_size=1000, max_position_embeddings=4096, chunk_size=1
+        )  # not the engine's
+        with pytest.raises(errors.ProtocolViolation, match="restarted, it loaded the model with config"):
+            _ = model.handle
+        assert engine.failure is not None  # a violation ends the connection
+    finally:
+        engine.close()

@@ -161,8 +161,8 @@ class WireEngine:
     def restart(self) -> bool:
         """After a wire break in a running engine, start a fresh one for the next falsifier (issue #46: one break
         made every later prediction an ERROR row). Not for an engine that failed to start, nor more than
-        MAX_RESTARTS times a run: at the next break every later call raises, at once, one error naming the
-        budget and the last break. Models loaded before are loaded again in the new process when next used
+        MAX_RESTARTS times a run: after that, every later call raises at once one error naming the budget and
+        the last break. Models loaded before are loaded again in the new process when next used
         (WireModel.handle); other handles of the old process are gone. True when the next call starts a new
         process."""
         with self._lock:
@@ -305,12 +305,15 @@ class WireModel:
         """The model's handle in the running engine process: loaded again there after a restart, so a falsifier's
         module-scoped model keeps working (its config must not change)."""
         if self.generation != self.engine.generation:
-            result = self.engine.connection().request("load_model", {"weights": self.weights, "path": None})
+            conn = self.engine.connection()
+            result = conn.request("load_model", {"weights": self.weights, "path": None})
             config = WireConfig(**result["config"])
             if config != self.config:
-                raise errors.ProtocolViolation(
-                    f"engine {self.engine.spec}: restarted, it loaded the model with config {config}, "
-                    f"not {self.config}"
+                conn.fail(
+                    errors.ProtocolViolation(
+                        f"engine {self.engine.spec}: restarted, it loaded the model with config {config}, "
+                        f"not {self.config}"
+                    )
                 )
             self._handle, self.generation = result["model"], self.engine.generation
         return self._handle
