@@ -26,8 +26,9 @@ BAD = ROOT / "tests" / "fixtures" / "wire" / "bad_engine.py"
 SERVING = falsifiers_dir("serving")
 
 
-def run_breaking_once(tmp_path: Path, method: str, nth: int, *pytest_args: str) -> tuple[Any, dict[str, Any]]:
-    """The falsifiers PYTEST_ARGS pick, on the proxy breaking at its NTH METHOD; each test's record by name."""
+def run_breaking_once(tmp_path: Path, method: str, nth: str, *pytest_args: str) -> tuple[Any, dict[str, Any]]:
+    """The falsifiers PYTEST_ARGS pick, on the proxy breaking at its NTH METHOD (NTH: "3", or "3 hang"); each
+    test's record by name."""
     (tmp_path / "pyproject.toml").write_text('[tool.falsify]\npacks = ["serving"]\n', encoding="utf-8")
     engine = f"exec:{sys.executable} {PROXY} {tmp_path / 'marker'} {method} {nth}"
     proc, tests = run_serving_falsifiers(tmp_path, engine, *pytest_args)
@@ -47,7 +48,7 @@ def test_a_broken_generate_is_one_named_error_and_the_engine_restarts(
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
     picked = "test_an_uncancelled_run or test_a_stop_token_ends_the_run or test_a_run_cancelled_before"
     proc, tests = run_breaking_once(
-        tmp_path, "generate", 3, str(SERVING / "test_cancel_contract.py"), "-k", picked
+        tmp_path, "generate", "3", str(SERVING / "test_cancel_contract.py"), "-k", picked
     )
     outcomes = {name: r["outcome"] for name, r in tests.items()}
     broken = [r for r in tests.values() if r["outcome"] != "passed"]
@@ -87,6 +88,46 @@ def test_a_break_inside_the_lane_state_machine_is_the_violation_not_flaky(
     assert "Flaky" not in machine["message"], machine["message"]
     after = {name: r["outcome"] for name, r in tests.items() if name.startswith("test_two_long_prompts")}
     assert after and set(after.values()) == {"passed"}, (after, proc.stdout[-3000:])
+
+
+def test_a_falsifier_that_times_out_mid_call_is_its_own_timeout_and_the_next_runs_on_a_fresh_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine stops answering at its 3rd generate; the falsifier's timeout leaves the call. The engine is
+    mid-call, so the next falsifier gets a fresh one, not the old one's silence (or its stale messages) blamed on it;
+    the falsifier that left is its own TIMEOUT row, and no restart is counted against the engine."""
+    monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
+    # the one that hangs, then two single runs (well under the timeout at load 5)
+    picked = "test_a_run_cancelled_before or test_a_run_reuses_only_the_prefix or test_a_run_on_a_used_session"
+    cancel = str(SERVING / "test_cancel_contract.py")
+    proc, tests = run_breaking_once(
+        tmp_path, "generate", "3 hang", cancel, "-k", picked, "--falsify-test-timeout", "10"
+    )
+    outcomes = sorted(r["outcome"] for r in tests.values())
+    assert outcomes == ["passed", "passed", "timeout"], (tests, proc.stdout[-3000:])
+    coverage = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["wire_coverage"]
+    assert coverage["restarts"] == 0, coverage
+
+
+def test_a_falsifier_callback_that_raises_mid_call_leaves_the_engine_for_a_fresh_one() -> None:
+    class Stop(Exception):
+        pass
+
+    def stop(token: int) -> None:
+        raise Stop(f"the falsifier's callback at token {token}")
+
+    engine = WireEngine(f"exec:{sys.executable} -m reference.serve")
+    try:
+        model = engine.load_model("f32")
+        alone = engine.session(model).generate([1, 2, 3], 8).tokens
+        with pytest.raises(Stop):
+            engine.session(model).generate([1, 2, 3], 8, on_token=stop)
+        assert isinstance(engine.failure, errors.CallAbandoned), engine.failure
+        # the engine was mid-call: the next call runs on a fresh process, not into the old call's $/poll
+        assert engine.session(model).generate([1, 2, 3], 8).tokens == alone
+        assert engine.generation == 1 and engine.restarts == 0
+    finally:
+        engine.close()
 
 
 def test_an_engine_that_breaks_every_time_ends_in_one_line_naming_the_budget() -> None:

@@ -55,8 +55,8 @@ def wire_break(engine: Any, before: Any, ids: list[str], corpus: Corpus) -> Wire
     `failure(engine)` as the test began). Whatever reached the plugin (the break itself, hypothesis' Flaky after
     replaying on the dead connection, a falsifier's own error), the row names the break."""
     broke = failure(engine)
-    if broke is None or broke is before:
-        return None
+    if broke is None or broke is before or isinstance(broke, errors.CallAbandoned):
+        return None  # no break; or the falsifier left a call (its callback raised, its time ran out): its own row
     return WireBreak(broke, ids, corpus, getattr(engine, "last_message", str)())
 
 

@@ -93,6 +93,8 @@ class WireEngine:
         with self._lock:
             if self._failure is not None:
                 raise self._failure.again()
+            if self._conn is not None and isinstance(self._conn.failure, errors.CallAbandoned):
+                self._replace()  # the harness left a call, the engine did not break: a fresh one, not counted
             if self._conn is None:
                 try:
                     self._conn = self._start()
@@ -169,18 +171,26 @@ class WireEngine:
             if self._failure is not None or self._conn is None or self._conn.failure is None:
                 return False
             broke = self._conn.failure
+            if isinstance(broke, errors.CallAbandoned):
+                self._replace()
+                return True
             if self.restarts >= MAX_RESTARTS:
                 self._failure = type(broke)(
                     f"engine {self.spec}: broke {self.restarts + 1} times in this run, not started again (at "
                     f"most {MAX_RESTARTS} restarts a run); the last break: {broke}"
                 )
                 return False
-            self._conn.close(grace=0)
-            self._carried.update(self._conn.seen)  # the run's wire coverage counts every process's messages
-            self._conn = None
-            self.generation += 1
+            self._replace()
             self.restarts += 1
             return True
+
+    def _replace(self) -> None:
+        """Drop the ended connection (its lock held): the next call starts a new engine process."""
+        assert self._conn is not None
+        self._conn.close(grace=0)
+        self._carried.update(self._conn.seen)  # the run's wire coverage counts every process's messages
+        self._conn = None
+        self.generation += 1
 
     def wire_seen(self) -> Counter[str]:
         """Each message and error code of the protocol this run exercised, in every engine process it started."""

@@ -29,6 +29,9 @@ from falsify.errors import terminal_safe
 from falsify.untrusted import boundedjson
 
 LAST_LINE = 200  # bytes of the engine's last line kept to name a break (WireEngine.last_message)
+# what a call raises with the conversation in step: a reply read (an error reply, a refusal), or the connection
+# already failed; anything else (a falsifier's callback raising, its timeout) leaves the engine mid-call
+IN_STEP = (errors.WireError, errors.EngineRefusal, errors.LaneRefused)
 OnEngine = Callable[[str, dict[str, Any]], dict[str, Any] | None]
 
 
@@ -131,6 +134,14 @@ class Connection:
                     {"id": rid, "method": method, "params": params}, request_id=rid, waiting_for=waiting
                 )
                 return self._await_reply(method, rid, waiting, on_engine)
+            except BaseException as exc:
+                if self.failure is None and not isinstance(exc, IN_STEP):  # left mid-call, not by the engine
+                    self.failure = errors.CallAbandoned(
+                        f"{self._who()}: the harness left {method} (id {rid}) before its reply: "
+                        f"{type(exc).__name__}: {str(exc)[:200]}"
+                    )
+                    self.transport.close(grace=0)
+                raise
             finally:
                 self._total = None
 

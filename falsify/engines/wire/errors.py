@@ -53,6 +53,13 @@ class ProtocolViolation(WireError):
     before it, a forward that skips positions, a result contradicting the events, ...)."""
 
 
+class CallAbandoned(WireError):
+    """The harness left a call before its reply: a falsifier's callback (its sampler, `on_token`) raised, or its
+    time ran out (--falsify-test-timeout). The engine is not at fault, but the conversation cannot go on in step
+    (the engine is still in the call), so its process is stopped and the next call starts a fresh one, counted
+    against no restart budget (WireEngine.connection)."""
+
+
 class EngineErrorReply(WireError):
     """The engine answered a request with an error the harness cannot map to a Python error."""
 
