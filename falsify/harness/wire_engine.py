@@ -6,7 +6,9 @@ Before issue #46 one break made every later prediction an ERROR row, and the row
 hypothesis instead of the break: a stateful program replayed on a dead connection fails elsewhere, and hypothesis
 reports that as `FlakyStrategyDefinition` or `Flaky`. Now the test that broke is one ERROR row naming the break,
 what the engine sent last and the claims it was falsifying; the next falsifier starts a fresh engine process
-(WireEngine.restart, within its budget of restarts a run).
+(WireEngine.restart, within its budget of restarts a run). A call the falsifier itself left (its callback raised,
+its time ran out: errors.CallAbandoned) is no break: the row is the falsifier's own, and the next call starts a
+fresh engine, counted against no budget.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def restart_broken(engine: Any) -> None:
     budget (after it, every call raises one error naming the budget and the last break). Other engines have no
     `restart` and are left alone."""
     restart = getattr(engine, "restart", None)
-    if restart is not None and getattr(engine, "failure", None) is not None:
+    if restart is not None and failure(engine) is not None:
         restart()
 
 
