@@ -77,7 +77,7 @@ def test_a_break_inside_the_lane_state_machine_is_the_violation_not_flaky(
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
     picked = "test_lane_host_state_machine or test_two_long_prompts_take_turns"
     proc, tests = run_breaking_once(
-        tmp_path, "lane_round", 4, str(SERVING / "test_lanes_host.py"), "-k", picked
+        tmp_path, "lane_round", "4", str(SERVING / "test_lanes_host.py"), "-k", picked
     )
     machine = tests["test_lane_host_state_machine"]
     assert machine["outcome"] == "error" and machine["exception"] == "ProtocolViolation", machine
@@ -98,7 +98,9 @@ def test_a_falsifier_that_times_out_mid_call_is_its_own_timeout_and_the_next_run
     the falsifier that left is its own TIMEOUT row, and no restart is counted against the engine."""
     monkeypatch.setenv("HYPOTHESIS_PROFILE", "ci")
     # the one that hangs, then two single runs (well under the timeout at load 5)
-    picked = "test_a_run_cancelled_before or test_a_run_reuses_only_the_prefix or test_a_run_on_a_used_session"
+    picked = (
+        "test_a_run_cancelled_before or test_a_run_reuses_only_the_prefix or test_a_run_on_a_used_session"
+    )
     cancel = str(SERVING / "test_cancel_contract.py")
     proc, tests = run_breaking_once(
         tmp_path, "generate", "3 hang", cancel, "-k", picked, "--falsify-test-timeout", "10"
