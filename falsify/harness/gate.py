@@ -40,6 +40,7 @@ from falsify.harness.results import (
     per_prediction,
     test_counts,
 )
+from falsify.harness.wire_engine import coverage_line
 from falsify.project import Project, ProjectError, read_toml, subtable
 from falsify.subcommand import seconds_problem
 from falsify.table import table
@@ -381,14 +382,7 @@ def wire_coverage_line(results: dict[str, object]) -> str | None:
     """For a run on a wire engine, the line naming the protocol's messages and errors it left unexercised, from
     the `wire_coverage` the pytest plugin wrote to results.json; None for an engine that is not a wire engine."""
     cov = results.get("wire_coverage")
-    if not isinstance(cov, dict):
-        return None
-    missing = [str(m) for m in cov.get("unexercised", ()) if isinstance(m, str)]
-    line = f"gate: wire protocol: {cov.get('exercised')} of {cov.get('of')} messages and errors exercised"
-    line += f"; unexercised: {', '.join(missing)}" if missing else "; none unexercised"
-    return line + (
-        f"; the engine restarted {cov['restarts']} times after wire breaks" if cov.get("restarts") else ""
-    )
+    return f"gate: {coverage_line(cov)}" if isinstance(cov, dict) else None
 
 
 def _timed_out(r: PredictionResult, whole: float) -> PredictionResult:

@@ -97,11 +97,10 @@ def coverage(engine: Any) -> dict[str, Any] | None:
 
 
 def coverage_line(cov: dict[str, Any]) -> str:
-    restarts = (
-        f"; the engine restarted {cov['restarts']} times after wire breaks" if cov.get("restarts") else ""
-    )
-    return (
-        f"wire protocol: {cov['exercised']} of {cov['of']} messages and errors exercised"
-        + (f"; unexercised: {', '.join(cov['unexercised'])}" if cov["unexercised"] else "")
-        + restarts
-    )
+    """`coverage`'s record as one line: "wire protocol: 8 of 35 messages and errors exercised; unexercised: ...",
+    and the restarts, if any (the plugin's line, and the gate's from results.json)."""
+    missing = [str(m) for m in cov.get("unexercised", ()) if isinstance(m, str)]
+    line = f"wire protocol: {cov.get('exercised')} of {cov.get('of')} messages and errors exercised"
+    line += f"; unexercised: {', '.join(missing)}" if missing else "; none unexercised"
+    restarts = cov.get("restarts")
+    return line + (f"; the engine restarted {restarts} times after wire breaks" if restarts else "")
