@@ -11,8 +11,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import signal
-import threading
 from collections import Counter
 from collections.abc import Generator
 from pathlib import Path
@@ -26,7 +24,8 @@ from falsify.engines.env_settings import test_timeout
 from falsify.engines.loading import EngineError, check_engine, engine_forms, resolve_engine, with_boundary
 from falsify.errors import terminal_safe
 from falsify.harness import checks as check_module
-from falsify.harness import fixtures, shards, wire_engine
+from falsify.harness import fixtures, shards, share, wire_engine
+from falsify.harness.alarm import Alarm, FalsifierTimeout
 from falsify.harness.checks import CannotShowHere, Observation
 from falsify.harness.collection import UnmarkedModules, link_out
 from falsify.harness.draws import apply_seed, chosen_profile, draws, register_profiles
@@ -78,20 +77,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="NAME",
         help="also run the built-in contract pack NAME (repeatable; adds to packs in [tool.falsify])",
     )
-    group.addoption(
-        shards.SHARD_OPTION,
-        type=shards.parse,
-        default=None,
-        metavar="K/N|serial",
-        help="run only share K of N of the falsifiers (the gate's --jobs), holding back those marked "
-        f"{shards.SERIAL_MARK}; 'serial': only those",
-    )
-    group.addoption(
-        shards.COSTS_OPTION,
-        default=None,
-        metavar="RESULTS",
-        help="a previous results.json whose durations balance the shares",
-    )
+    share.add_options(group)
     parser.addini("falsify_contracts", "contracts directory, relative to the rootdir", default="")
 
 
@@ -197,40 +183,6 @@ class FalsifyPlugin:
                 config.hook.pytest_deselected(items=deselected)
             items[:] = keep
 
-    def keep_share(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """Only this share's items (shards.py), after every other deselection (-k, -m: the same in each share, so
-        counted by the first share only); the others are deselected, and counted by no share."""
-        serial = [
-            i.get_closest_marker(shards.SERIAL_MARK) is not None and not self._all_not_applicable(i)
-            for i in items
-        ]
-        if self.shard == shards.SERIAL:
-            keep = [i for i, s in zip(items, serial, strict=True) if s]
-        else:
-            assert isinstance(self.shard, tuple)
-            k, n = self.shard
-            parallel = [i for i, s in zip(items, serial, strict=True) if not s]
-            self.held_back = len(items) - len(parallel)
-            costs_file = config.getoption("falsify_shard_costs")
-            costs = shards.read_costs(Path(costs_file)) if costs_file else {}
-            share = shards.assign([i.nodeid for i in parallel], costs, n)
-            keep = [i for i, s in zip(parallel, share, strict=True) if s == k - 1]
-        kept = set(map(id, keep))
-        others = [i for i in items if id(i) not in kept]
-        items[:] = keep
-        if others:
-            counted, self.counts_collection = self.counts_collection, False
-            try:
-                config.hook.pytest_deselected(items=others)
-            finally:
-                self.counts_collection = counted
-
-    def _all_not_applicable(self, item: pytest.Item) -> bool:
-        """Every prediction of the item is NOT APPLICABLE on this engine or machine: it only skips, so it need not
-        wait for the serial phase."""
-        ids = marked_ids(item)
-        return bool(ids) and len(self._reasons(item, ids)) == len(ids)
-
     @pytest.hookimpl(tryfirst=True)
     def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
         # Nothing runs from outside the project: a test file or directory that is a link out of it is refused,
@@ -268,7 +220,7 @@ class FalsifyPlugin:
         if not ids:
             return
         wire_engine.restart_broken(self._engine)
-        reasons = self._reasons(item, ids)
+        reasons = self.reasons(item, ids)
         if reasons:
             # Recorded here, by the plugin, from the engine's own answer: a test that skips itself with a message
             # that looks the same is NOT RUN, never NOT APPLICABLE (issue #19).
@@ -281,7 +233,7 @@ class FalsifyPlugin:
             }
             self._not_applicable(item, ids, first, by_prediction)
 
-    def _reasons(self, item: pytest.Item, ids: list[str]) -> dict[str, list[str]]:
+    def reasons(self, item: pytest.Item, ids: list[str]) -> dict[str, list[str]]:
         """Why each of the item's predictions is NOT APPLICABLE here (those that are not: absent)."""
         corpus = self.load()
         narrowed = marked_requires(item)
@@ -321,7 +273,7 @@ class FalsifyPlugin:
         previous = check_module.recorder
         check_module.recorder = observations.append
         limit = self.test_timeout
-        alarm = _Alarm(limit) if ids and limit > 0 else None
+        alarm = Alarm(limit) if ids and limit > 0 else None
         try:
             if alarm is not None:
                 alarm.start()
@@ -504,36 +456,6 @@ def _narrowed(config: pytest.Config) -> bool:
     return any("::" in arg or Path(arg).is_file() for arg in config.args)
 
 
-class FalsifierTimeout(BaseException):
-    """Raised into a falsifier past --falsify-test-timeout. A BaseException, so `except Exception` in the test
-    cannot swallow it; raised again every second until the test gives up."""
-
-
-class _Alarm:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.previous: Any = None
-        self.armed = False
-
-    def start(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # signals reach the main thread only; the gate's own timeout still applies
-        self.previous = signal.signal(signal.SIGALRM, self._fire)
-        signal.setitimer(signal.ITIMER_REAL, self.seconds, 1.0)
-        self.armed = True
-
-    def stop(self) -> None:
-        if self.armed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)
-            self.armed = False
-
-    def _fire(self, signum: int, frame: Any) -> None:
-        raise FalsifierTimeout(
-            f"the falsifier ran past its {self.seconds:g} s timeout (--falsify-test-timeout)"
-        )
-
-
 def _new_record(ids: list[str]) -> dict[str, Any]:
     return {"predictions": ids, "outcome": "not run", "duration": 0.0, "message": "", "observations": {}}
 
@@ -612,20 +534,9 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = FalsifyPlugin(config, contracts, project)
     config.pluginmanager.register(plugin, "falsify-core")
     if plugin.shard is not None:
-        config.pluginmanager.register(_Share(plugin), "falsify-share")
+        config.pluginmanager.register(share.Share(plugin), "falsify-share")
     config.pluginmanager.register(fixtures, "falsify-fixtures")
     _collect_packs(config, packs)
-
-
-class _Share:
-    """The gate's --jobs: this process keeps its share of what collection and every deselection left."""
-
-    def __init__(self, core: FalsifyPlugin) -> None:
-        self.core = core
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        self.core.keep_share(config, items)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
