@@ -213,7 +213,7 @@ def test_an_unknown_gate_key_is_named(project: Path) -> None:
     result = run_cli("gate", cwd=project, env=ENV)
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        f"falsify: {pyproject}: [tool.falsify.gate] has unknown key(s) timout (known: test_timeout, timeout)"
+        f"falsify: {pyproject}: [tool.falsify.gate] has unknown key(s) timout (known: test_timeout, timeout, jobs)"
     )
 
 

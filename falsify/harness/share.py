@@ -4,15 +4,22 @@ process, and the hook that keeps this process's share of the falsifiers once eve
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pytest
 
 from falsify.harness import shards
 from falsify.harness.markers import marked_ids
 
-if TYPE_CHECKING:
-    from falsify.harness.plugin import FalsifyPlugin
+
+class Core(Protocol):
+    """What the share reads and sets of the core plugin (falsify/harness/plugin.py's FalsifyPlugin)."""
+
+    shard: tuple[int, int] | str | None
+    held_back: int
+    counts_collection: bool
+
+    def reasons(self, item: pytest.Item, ids: list[str]) -> dict[str, list[str]]: ...
 
 
 def add_options(group: pytest.OptionGroup) -> None:
@@ -36,7 +43,7 @@ class Share:
     """Registered beside the core plugin when --falsify-shard is given. Runs last among the collection hooks, so -k
     and -m have deselected what they will (the same in each share: the core's first share counts them)."""
 
-    def __init__(self, core: FalsifyPlugin) -> None:
+    def __init__(self, core: Core) -> None:
         self.core = core
 
     @pytest.hookimpl(trylast=True)
