@@ -42,7 +42,11 @@ KEYS = (
     "weights_dirs",
     "copy_exclude",
 )
-SUBTABLES = ("gate", "mutmut")  # [tool.falsify.<name>], each checked by the command that reads it
+SUBTABLES = (
+    "gate",
+    "mutmut",
+    "mutmut-contracts",
+)  # [tool.falsify.<name>], each checked by the command that reads it
 LIST_KEYS = frozenset({"packs", "sources", "weights", "weights_dirs", "copy_exclude"})
 PATH_KEYS = frozenset({"contracts", "tests", "mutants", "sources", "weights"})  # inside the project, always
 MAX_PYPROJECT = 4 * 2**20  # bytes

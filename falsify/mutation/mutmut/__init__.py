@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 from pathlib import Path
@@ -64,10 +65,11 @@ from pathlib import Path
 from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
 from falsify.mutation.mutmut.config import MutmutError, MutmutRun, read_baseline, read_config, render_baseline
+from falsify.mutation.mutmut.contracts import per_group_counts, read_contracts_config, run_contracts
 from falsify.mutation.mutmut.report import render_survivors, to_stryker, verdict
 from falsify.mutation.mutmut.running import run_mutmut
 from falsify.mutation.mutmut.sharded import run_sharded
-from falsify.project import find_project
+from falsify.project import Project, find_project
 from falsify.subcommand import add_subcommand, jobs, seconds
 from falsify.untrusted import safefile
 
@@ -124,6 +126,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="run only sample K of N of a whole run's mutants, drawn by a hash of each mutant's name (the N "
         "samples partition them); the others are reported as not in the sample, not run",
     )
+    p.add_argument(
+        "--judge",
+        choices=("unit", "contracts"),
+        default="unit",
+        help="who judges the mutants: the unit suite ([tool.falsify.mutmut], mutmut's own runner) or the contract "
+        "gate alone ([tool.falsify.mutmut-contracts]: each mutant through `falsify gate` on its file's engines, "
+        "servers included; contracts.py)",
+    )
+    p.add_argument(
+        "--draw",
+        type=int,
+        metavar="N",
+        help="with --judge contracts: judge N mutants drawn at random from each group (default: all)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="with --draw: the random draw's seed (default 0)")
     stryker.add_out_option(p, Path(".falsify/mutmut"))
 
 
@@ -148,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise MutmutError("mutmut is not installed: pip install 'mutmut>=3'") from None
     project = find_project()
+    if args.judge == "contracts":
+        return run_judged_by_contracts(project, args)
+    if args.draw is not None:
+        raise MutmutError("--draw is for --judge contracts (the unit judge draws with --sample K/N)")
     config = read_config(project)
     if args.kill_rate_floor is not None:
         if not 0 <= args.kill_rate_floor <= 100:
@@ -233,4 +254,83 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"mutmut: wrote {path} ({len(baseline.equivalent)} equivalent, {listed} survivors); review the diff"
         )
+    return 0 if ok else 1
+
+
+def run_judged_by_contracts(project: Project, args: argparse.Namespace) -> int:
+    """`falsify mutmut --judge contracts`: contracts.py's run, reported as a mutmut run is, with each mutant's
+    judging gate and the per-group counts in contracts.json beside the Stryker report."""
+    from falsify.mutation.executors import available_cores
+
+    extra = [
+        opt
+        for opt, given in (
+            ("--since", args.since),
+            ("--recheck", args.recheck),
+            ("--executor", args.executor),
+            ("--sample", args.sample),
+            ("--write-baseline", args.write_baseline),
+        )
+        if given
+    ]
+    if extra:
+        raise MutmutError(f"--judge contracts does not take {', '.join(extra)} (it draws with --draw N)")
+    if args.draw is not None and args.draw < 1:
+        raise MutmutError(f"--draw must be >= 1, got {args.draw}")
+    config = read_contracts_config(project)
+    if args.kill_rate_floor is not None:
+        if not 0 <= args.kill_rate_floor <= 100:
+            raise MutmutError(
+                f"--kill-rate-floor must be a percentage in [0, 100], got {args.kill_rate_floor}"
+            )
+        config = dataclasses.replace(
+            config, mutmut=dataclasses.replace(config.mutmut, kill_rate_floor=args.kill_rate_floor)
+        )
+    if args.timeout is not None:
+        config = dataclasses.replace(config, gate_timeout=args.timeout)
+    baseline = read_baseline(project, config.mutmut)
+    with sigterm_interrupts():
+        result, judgements = run_contracts(
+            project,
+            config,
+            per_group=args.draw,
+            seed=args.seed,
+            jobs=args.jobs or available_cores(),
+            progress=lambda line: print(line, flush=True),
+        )
+    result.baseline = baseline
+    if result.survivors:
+        print()
+        print(render_survivors(result))
+    out = args.out if args.out.is_absolute() else project.root / args.out
+    json_path, html_path = stryker.write_report(
+        to_stryker(result, project.root),
+        out,
+        "falsify mutmut --judge contracts: operator mutants, contract gate",
+    )
+    details = {
+        "draw": args.draw,
+        "seed": args.seed,
+        "groups": per_group_counts(result, config),
+        "mutants": {
+            m.name: {
+                "file": m.file,
+                "line": m.line,
+                "original": m.original,
+                "mutated": m.mutated,
+                **dataclasses.asdict(judgements[m.name]),
+            }
+            for m in result.mutants
+            if m.name in judgements
+        },
+    }
+    safefile.replace(
+        out / "contracts.json", json.dumps(details, indent=1).encode(), what="contracts judgement"
+    )
+    summary, ok = verdict(result)
+    print()
+    for name, counts in details["groups"].items():
+        print(f"mutmut contracts: group {name}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    print(summary.replace("mutmut:", "mutmut --judge contracts:", 1))
+    print(f"mutmut: report in {json_path}, {html_path} and {out / 'contracts.json'}")
     return 0 if ok else 1
