@@ -48,6 +48,11 @@ CI uses it where the whole run does not fit its time (.ci/run).
 `--executor local|ray` runs the same mutants in shards of whole functions through the executor seam (threads here,
 or a Ray cluster's warm workers at --address), with the same report; without it, mutmut's own -j children.
 
+`--judge contracts` judges mutmut's mutants by the contract gate alone, not the unit suite: every file of
+[tool.falsify.mutmut-contracts] paths (servers included), each mutant through `falsify gate` on the engines of its
+file's group, the servers started by the gate running the mutant (contracts.py); `--draw N --seed S` judges N drawn
+at random from each group. Its report adds contracts.json (each mutant's judging gate, per-group counts).
+
 Exit codes: 0 the kill rate is at or above the floor and every survivor is listed in the baseline; 1 below the
 floor, or a survivor the baseline does not list; 2 mutmut missing, bad configuration or baseline, no project,
 or mutmut could not run; 130 interrupted.

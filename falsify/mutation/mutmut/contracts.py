@@ -223,27 +223,31 @@ class Judge:
         return Judgement("survived", "", 0, spent)
 
 
-def check_setup(judge: Judge, config: ContractsConfig, progress: Callable[[str], None]) -> None:
+def check_setup(judge: Judge, config: ContractsConfig, jobs: int, progress: Callable[[str], None]) -> None:
     """Every engine of every group: green unmutated, red under mutmut's forced failure; else a MutmutError."""
     engines = list(dict.fromkeys(e for g in config.groups for e in g.engines))
-    for engine in engines:
-        label = engine or "(the project's engine)"
-        code, seconds, tail = judge.gate(engine, "")
-        if code != 0:
-            raise MutmutError(
-                f"the unmutated gate on {label} is not green (exit {code}, {seconds:.0f} s): every mutant would "
-                f"count as killed. Its output ends:\n{tail}"
-            )
-        forced, forced_s, tail = judge.gate(engine, "fail")
-        if forced == 0:
-            raise MutmutError(
-                f"the gate on {label} stays green with every mutated function raising (MUTANT_UNDER_TEST=fail): "
-                f"its engine does not run mutmut's copy. Its output ends:\n{tail}"
-            )
-        progress(
-            f"mutmut contracts: {label}: green unmutated ({seconds:.0f} s), red under the forced failure "
-            f"(exit {forced}, {forced_s:.0f} s)"
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(lambda e: _check_engine(judge, e, progress), engines))
+
+
+def _check_engine(judge: Judge, engine: str, progress: Callable[[str], None]) -> None:
+    label = engine or "(the project's engine)"
+    code, seconds, tail = judge.gate(engine, "")
+    if code != 0:
+        raise MutmutError(
+            f"the unmutated gate on {label} is not green (exit {code}, {seconds:.0f} s): every mutant would "
+            f"count as killed. Its output ends:\n{tail}"
         )
+    forced, forced_s, tail = judge.gate(engine, "fail")
+    if forced == 0:
+        raise MutmutError(
+            f"the gate on {label} stays green with every mutated function raising (MUTANT_UNDER_TEST=fail): "
+            f"its engine does not run mutmut's copy. Its output ends:\n{tail}"
+        )
+    progress(
+        f"mutmut contracts: {label}: green unmutated ({seconds:.0f} s), red under the forced failure "
+        f"(exit {forced}, {forced_s:.0f} s)"
+    )
 
 
 def run_contracts(
@@ -281,16 +285,23 @@ def run_contracts(
         prepare(tree, project, config.mutmut, files)
         progress(f"mutmut contracts: generating mutmut's mutants of {len(files)} files in {tree}")
         generate(tree, scratch, timeout=1800, jobs=max(jobs, 1))
-        located = locate(tree, read_results(tree, files, []), scratch, timeout=600)
-        chosen = draw(located, config, per_group, seed)
+        generated = read_results(tree, files, [])
+        chosen = draw(generated, config, per_group, seed)
+        # only the drawn mutants are located (mutmut's diff of each: 8,798 of them take many minutes)
+        located = locate(tree, [m for m in generated if m.name in chosen], scratch, timeout=1800)
+        located += [m for m in generated if m.name not in chosen]
         for g in config.groups:
-            total = sum(config.group_of(m.file) == g for m in located)
+            total = sum(config.group_of(m.file) == g for m in generated)
             picked = sum(1 for n in chosen.values() if n == g.name)
             progress(f"mutmut contracts: group {g.name}: {picked} of {total} mutants drawn (seed {seed})")
         judge = Judge(tree, scratch, config.gate_timeout)
-        check_setup(judge, config, progress)
+        check_setup(judge, config, max(jobs, 1), progress)
         groups = {g.name: g for g in config.groups}
-        names = [m.name for m in located if m.name in chosen]
+        # round robin over the groups, each group's in mutmut's order: any prefix of the run is stratified too
+        queues = [[m for m in located if chosen.get(m.name) == g.name] for g in config.groups]
+        order = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+        names = [m.name for m in order]
+        where = {m.name: m for m in order}
         done = 0
         lock = threading.Lock()
 
@@ -300,10 +311,15 @@ def run_contracts(
             with lock:
                 judgements[name] = j
                 done += 1
+                m = where[name]
+                by = (
+                    f" by {j.engine or '(the project engine)'} (exit {j.returncode})"
+                    if j.status == "killed"
+                    else ""
+                )
                 progress(
-                    f"mutmut contracts: {done}/{len(names)} {name}: {j.status}"
-                    + (f" by {j.engine or '(project engine)'} (exit {j.returncode})" if j.engine else "")
-                    + f", {j.seconds:.0f} s"
+                    f"mutmut contracts: {done}/{len(names)} {name}: {j.status}{by}, {j.seconds:.0f} s; "
+                    f"{m.file}:{m.line} {m.original!r} -> {m.mutated!r}"
                 )
 
         with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
