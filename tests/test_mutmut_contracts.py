@@ -13,11 +13,14 @@ from falsify.mutation.mutmut.config import MutmutConfig, MutmutError, MutmutMuta
 from falsify.mutation.mutmut.contracts import (
     ContractsConfig,
     Group,
+    Judge,
     draw,
     gate_command,
     gate_env,
     read_contracts_config,
 )
+from falsify.mutation.mutmut.running import generate, locate, prepare, read_results
+from falsify.mutation.semantic.scratch import Scratch
 from falsify.project import find_project
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,3 +113,28 @@ def test_each_gate_imports_the_trampolined_copy_with_the_mutant_set(tmp_path: Pa
     assert cmd[cmd.index("--engine") + 1] == "exec:python -m reference.serve"
     assert cmd[-2:] == ["--", "-x"]
     assert "--engine" not in gate_command("", tmp_path / "out")
+
+
+# A known-bad mutant of an OpenAI server method: usage's total_tokens made prompt - completion, which
+# FALSIFY-OAI-013 (usage adds up) must see. mutmut's name for the method, and the mutated line.
+SERVER_FILE = "reference/openai_server.py"
+KNOWN_BAD = ("reference.openai_server.xǁ_Handlerǁ_serve__mutmut_", '"total_tokens": len(job.prompt) - n,')
+ONE_SLOT = "openai+exec:python -m reference.serve --openai --port {port} --slots 1"
+
+
+@pytest.mark.slow
+def test_a_server_mutant_is_killed_by_the_contracts_and_the_clean_gate_is_green() -> None:
+    pytest.importorskip("mutmut")
+    project = find_project(ROOT)
+    config = MutmutConfig(paths=(SERVER_FILE,), tests=("(the contract gate)",))
+    with Scratch(project.root, prefix="falsify-test-contracts-", exclude=project.copy_exclude) as scratch:
+        tree = scratch.copy("project")
+        prepare(tree, project, config, [SERVER_FILE])
+        generate(tree, scratch, timeout=900)
+        of_serve = [m for m in read_results(tree, [SERVER_FILE], []) if m.name.startswith(KNOWN_BAD[0])]
+        bad = [m for m in locate(tree, of_serve, scratch, timeout=900) if m.mutated == KNOWN_BAD[1]]
+        assert len(bad) == 1, f"no single mutant of {KNOWN_BAD[0]}* mutates a line to {KNOWN_BAD[1]!r}"
+        judge = Judge(tree, scratch, timeout=900)
+        assert judge.gate(ONE_SLOT, "")[0] == 0, "the unmutated gate on the OpenAI server must be green"
+        judged = judge.judge(bad[0].name, (ONE_SLOT,))
+        assert (judged.status, judged.engine, judged.returncode) == ("killed", ONE_SLOT, 1), judged
