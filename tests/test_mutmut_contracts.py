@@ -18,6 +18,7 @@ from falsify.mutation.mutmut.contracts import (
     gate_command,
     gate_env,
     read_contracts_config,
+    run_as_main,
 )
 from falsify.mutation.mutmut.running import generate, locate, prepare, read_results
 from falsify.mutation.semantic.scratch import Scratch
@@ -40,11 +41,11 @@ GOOD = """
     [[tool.falsify.mutmut-contracts.group]]
     name = "server"
     files = ["src/server.py"]
-    engines = ["exec:python -m src.server"]
+    engines = ["exec:python -m tools.run"]
     [[tool.falsify.mutmut-contracts.group]]
     name = "core"
     files = ["src/*.py"]
-    engines = ["", "exec:python -m src.server"]
+    engines = ["", "exec:python -m tools.run"]
 """
 
 
@@ -62,7 +63,10 @@ def test_config_reads_groups_in_order_and_the_first_match_judges(tmp_path: Path)
     [
         (('paths = ["src/*.py"]', "paths = []"), "paths must be a non-empty list"),
         (('name = "core"', 'name = "server"'), "group names must differ"),
-        (('engines = ["exec:python -m src.server"]', "engines = []"), "group #1 (server) engines must be"),
+        (
+            ('engines = ["exec:python -m tools.run"]', "engines = []"),
+            "group #1 (server) engines must be",
+        ),
         (('files = ["src/server.py"]', 'files = [""]'), "group #1 (server) files must be"),
         (('paths = ["src/*.py"]', 'paths = ["src/*.py"]\ngate_timeout = 0'), "gate_timeout must be seconds"),
         (('paths = ["src/*.py"]', 'paths = ["src/*.py"]\nsuite = 1'), "unknown key(s) suite"),
@@ -73,6 +77,17 @@ def test_config_errors_name_the_key(tmp_path: Path, edit: tuple[str, str], messa
     with pytest.raises(MutmutError, match=r"mutmut-contracts\]") as exc:
         read_contracts_config(project)
     assert message in str(exc.value)
+
+
+def test_config_refuses_a_mutated_module_run_as_main(tmp_path: Path) -> None:
+    # python -m runs the file as __main__: mutmut's trampolines there compare the mutant's module with __main__
+    # and never run the mutant (found measuring: every serve.py mutant survived the wire gate).
+    project = find_project(project_with(tmp_path, GOOD.replace("tools.run", "src.server")))
+    with pytest.raises(MutmutError, match=r"runs src/server\.py as __main__ \(python -m\)"):
+        read_contracts_config(project)
+    assert run_as_main("openai+exec:python -m a.b --port {port}") == "a.b"
+    assert run_as_main('exec:python -c "from a.b import main; main()"') == ""
+    assert run_as_main("") == ""
 
 
 def _config() -> ContractsConfig:

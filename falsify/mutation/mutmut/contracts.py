@@ -32,6 +32,7 @@ import dataclasses
 import fnmatch
 import os
 import random
+import shlex
 import sys
 import threading
 import time
@@ -130,6 +131,16 @@ def read_contracts_config(project: Project) -> ContractsConfig:
             ):
                 raise MutmutError(f"{at} ({name}) {key} must be a non-empty list of strings, got {value!r}")
         groups.append(Group(name, tuple(g["files"]), tuple(g["engines"])))
+    for g in groups:
+        for engine in g.engines:
+            module = run_as_main(engine)
+            path = module.replace(".", "/") + ".py" if module else ""
+            if path and any(fnmatch.fnmatchcase(path, p) for p in paths):
+                raise MutmutError(
+                    f"{where} group {g.name}: engine {engine!r} runs {path} as __main__ (python -m), where mutmut's "
+                    f'trampolines never run a mutant of it; start it as python -c "from {module} import main; '
+                    '..." instead'
+                )
     names = [g.name for g in groups]
     if len(set(names)) != len(names):
         raise MutmutError(f"{where}: group names must differ, got {names}")
@@ -137,6 +148,16 @@ def read_contracts_config(project: Project) -> ContractsConfig:
         kill_rate_floor=float(floor), baseline=baseline, paths=tuple(paths), tests=("(the contract gate)",)
     )
     return ContractsConfig(config, tuple(groups), float(timeout))
+
+
+def run_as_main(engine: str) -> str:
+    """The module an exec: engine command runs with `python -m MODULE` ("" none, or not an exec: command)."""
+    command = engine.partition("exec:")[2] if engine.split(":", 1)[0] in ("exec", "openai+exec") else ""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return ""  # the gate names a command it cannot split
+    return next((argv[i + 1] for i in range(len(argv) - 1) if argv[i] == "-m"), "")
 
 
 def draw(
