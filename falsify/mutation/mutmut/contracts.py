@@ -134,10 +134,10 @@ def read_contracts_config(project: Project) -> ContractsConfig:
     for g in groups:
         for engine in g.engines:
             module = run_as_main(engine)
-            path = module.replace(".", "/") + ".py" if module else ""
-            if path and any(fnmatch.fnmatchcase(path, p) for p in paths):
+            main_file = module.replace(".", "/") + ".py" if module else ""
+            if main_file and any(fnmatch.fnmatchcase(main_file, p) for p in paths):
                 raise MutmutError(
-                    f"{where} group {g.name}: engine {engine!r} runs {path} as __main__ (python -m), where mutmut's "
+                    f"{where} group {g.name}: engine {engine!r} runs {main_file} as __main__ (python -m), where mutmut's "
                     f'trampolines never run a mutant of it; start it as python -c "from {module} import main; '
                     '..." instead'
                 )
