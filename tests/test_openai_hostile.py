@@ -148,6 +148,8 @@ CASES: list[tuple[str, Answer, str, str]] = [
     ("64-MiB-body", flood(b"HTTP/1.1 200 OK\r\nContent-Length: 67108864\r\n\r\n", 64), "complete", "a body over 16,777,216 bytes"),
     ("ids-bools", choice(token_ids=[True, False]), "complete", "choices[0].token_ids: expected a list of token ids"),
     ("ids-negative", choice(token_ids=[-5]), "complete", "choices[0].token_ids: expected a list of token ids"),
+    ("ids-2^62", choice(token_ids=[3, 2**62]), "complete", "choices[0].token_ids: expected a list of token ids (ints in [0, 2"),
+    ("ids-2^31", choice(token_ids=[2**31]), "complete", "choices[0].token_ids: expected a list of token ids (ints in [0, 2"),
     ("usage-string", reply(usage={"completion_tokens": "1"}), "complete", "usage.completion_tokens: expected an integer >= 0 or null, got '1'"),
     ("usage-true", reply(usage={"completion_tokens": True}), "complete", "usage.completion_tokens: expected an integer >= 0 or null, got True"),
     ("text-object", choice(text={"a": 1}), "complete", "choices[0].text: expected a string or null"),
@@ -254,6 +256,25 @@ def test_a_well_formed_reply_is_still_read() -> None:
     finally:
         server.close()
         streamed.close()
+
+
+def test_a_token_id_outside_the_measured_vocabulary_is_named() -> None:
+    """Issue #48: where the client measured the served vocabulary (the server refuses prompt ids from 300 on), a
+    reply's id 300 is refused by name; id 299 is read."""
+    from falsify.engines.adapters.openai_model import ServedModel
+
+    replies = [choice(token_ids=[5, 300]), choice(token_ids=[299])]
+    servers = [Hostile({"*": answer}) for answer in replies]
+    try:
+        engines = [OpenAIEngine(f"openai+http://127.0.0.1:{s.port}", model="m") for s in servers]
+        for engine in engines:
+            engine._served = ServedModel(150, 300, 300, None, "measured")
+        with pytest.raises(OpenAIError, match=r"token_ids: 300 is outside the served vocabulary of 300"):
+            engines[0].complete([200], 2)
+        assert engines[1].complete([200], 1).token_ids == (299,)
+    finally:
+        for s in servers:
+            s.close()
 
 
 def test_one_slot_is_judged_on_three_alike_measures_and_parallel_on_one(

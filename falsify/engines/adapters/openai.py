@@ -509,7 +509,15 @@ class OpenAIEngine:
     def complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         """One request, read to its end."""
         with self.watch():
-            return self._text_fallback(prompt, lambda: self._complete(prompt, max_tokens, **kw))
+            reply = self._text_fallback(prompt, lambda: self._complete(prompt, max_tokens, **kw))
+        vocab = None if self._served is None else self._served.vocab
+        bad = [t for t in reply.token_ids or () if vocab is not None and t >= vocab]
+        if bad:
+            raise OpenAIError(
+                f"choices[0].token_ids: {bad[0]} is outside the served vocabulary of {vocab} (the server refuses "
+                "prompt ids from there on)"
+            )
+        return reply
 
     def _complete(self, prompt: list[int] | str, max_tokens: int, **kw: Any) -> Completion:
         chat, stream = bool(kw.get("chat")), bool(kw.get("stream"))

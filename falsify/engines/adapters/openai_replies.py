@@ -203,15 +203,21 @@ def _logprob_entries(choice: dict[str, Any]) -> tuple[list[str], list[float]] | 
     return None
 
 
+# A token id no served vocabulary reaches: llama.cpp's llama_token is an int32, vLLM's vocabularies are under 2^20
+# (issue #48: ids of 2^62 were taken as they came). Where the served vocabulary is measured, the client checks
+# the ids against it too (openai.py, OpenAIEngine.complete).
+MAX_TOKEN_ID = 2**31
+
+
 def _ids(choice: dict[str, Any]) -> list[int] | None:
     ids = choice.get("token_ids")
     if ids is None:
         return None
     if not isinstance(ids, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < MAX_TOKEN_ID for t in ids
     ):
         raise OpenAIError(
-            f"choices[0].token_ids: expected a list of token ids (ints >= 0), got {repr(ids)[:80]}"
+            f"choices[0].token_ids: expected a list of token ids (ints in [0, 2^31)), got {repr(ids)[:80]}"
         )
     return list(ids)
 

@@ -41,7 +41,7 @@ from falsify.engines.prefill import Stepped
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection
-from falsify.engines.wire.events import EventState, WireRun, _engine_bytes, checked_logits
+from falsify.engines.wire.events import EventState, WireRun, _engine_bytes, checked_ids, checked_logits
 from falsify.engines.wire.judge import Judge
 from falsify.engines.wire.messages import (
     PROTOCOL_VERSIONS,
@@ -83,6 +83,8 @@ class WireEngine:
         self._conn: Connection | None = None
         self._failure: errors.WireError | None = None
         self._models: dict[str, WireModel] = {}
+        # each digest lane_digest answered -> the history (tokens fed) it names, on this engine
+        self.lane_digests: dict[str, tuple[int, ...]] = {}
         self._lock = threading.Lock()
         self.generation = 0  # the engine process this object talks to: +1 at each restart
         self.restarts = 0
@@ -273,12 +275,12 @@ class WireEngine:
         """A stepped prefill in the engine (protocol §4.13). `model` is the falsifier's model object (a recorder
         around a WireModel): each chunk the engine reports is replayed through its `forward` on `state`."""
         snapshots = [kept] if isinstance(kept, WireKept) else list(kept)
-        ids = token_list(prompt, "prompt")
+        ids, mark_ids = token_list(prompt, "prompt"), token_list(marks, "marks")
         params = {
             "state": state.handle,
             "prompt": ids,
             "chunk_cap": chunk_cap,
-            "marks": token_list(marks, "marks"),
+            "marks": mark_ids,
             "starts": token_list(starts, "starts"),
             "kept": [{"tokens": list(k.tokens), "state": k.state.handle} for k in snapshots],
             "keep_logits": bool(keep_logits),
@@ -290,6 +292,7 @@ class WireEngine:
             raise errors.ProtocolViolation(f"prefill_open left the state at {result['pos']}, not {state.pos}")
         pf = WirePrefill(self, model, state, result["prefill"], result["done"], keep_logits)
         pf.prompt = ids
+        pf.marks = frozenset(mark_ids)
         return pf
 
 
@@ -417,6 +420,7 @@ class WirePrefill(Stepped):
         self.chunk_logits: list[np.ndarray] | None = [] if keep_logits else None
         self.kept: list[WireKept] = []
         self.prompt: list[int] = []
+        self.marks: frozenset[int] = frozenset()
 
     @property
     def pos(self) -> int:
@@ -468,7 +472,18 @@ class WirePrefill(Stepped):
                     self.engine, result["chunk_logits"], "prefill_step chunk_logits", (width, vocab)
                 )
             )
-        for item in result["kept"]:
+        for i, item in enumerate(result["kept"]):
+            where = f"prefill_step result kept[{i}].tokens"
+            tokens = checked_ids(self.engine, item["tokens"], vocab, where)
+            if tokens != self.prompt[: self.state.pos] or self.state.pos not in self.marks:
+                self.engine.connection().fail(
+                    errors.ProtocolViolation(
+                        f"engine {self.engine.spec}: {where} holds {len(tokens)} tokens {tokens[:8]}...; the step "
+                        f"ended at {self.state.pos} (marks {sorted(self.marks)[:8]}), where the prompt's prefix is "
+                        f"{self.prompt[:8]}... [rule: a kept snapshot is the prompt's prefix at a mark, taken at "
+                        "the chunk's end]"
+                    )
+                )
             self.kept.append(
                 WireKept(tuple(item["tokens"]), WireState(self.engine, item["state"], len(item["tokens"])))
             )

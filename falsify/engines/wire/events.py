@@ -44,6 +44,22 @@ def _engine_bytes(engine: Any, text: str, what: str) -> bytes:
         _conn(engine).fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
 
 
+def checked_ids(engine: Any, ids: list[int], vocab: int, where: str) -> list[int]:
+    """Token ids an engine sent, each in [0, vocab) of the vocabulary its load_model announced (`config.vocab_size`);
+    one outside is a ProtocolViolation naming the message and field (`where`: "$/token params.token" for one id,
+    "prefill_step result kept[0].tokens" for a list, then indexed), never a value a falsifier sees (issue #48)."""
+    for i, token in enumerate(ids):
+        if not 0 <= token < vocab:
+            field = where if where.endswith(".token") else f"{where}[{i}]"
+            _conn(engine).fail(
+                errors.ProtocolViolation(
+                    f"engine {engine.spec}: {field} is {token}, outside the vocabulary of {vocab} the engine "
+                    "announced (load_model config.vocab_size) [rule: token ids lie in [0, vocab_size)]"
+                )
+            )
+    return [int(t) for t in ids]
+
+
 def checked_logits(engine: Any, obj: dict[str, Any], what: str, shape: tuple[int, ...]) -> np.ndarray:
     """The float32 array an engine sent, held to the rules: the shape the request implies, every value finite
     (a ProtocolViolation naming the rule otherwise)."""

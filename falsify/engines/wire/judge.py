@@ -14,7 +14,7 @@ import numpy as np
 
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
-from falsify.engines.wire.events import EventState, WireRun, checked_logits
+from falsify.engines.wire.events import EventState, WireRun, checked_ids, checked_logits
 from falsify.engines.wire.messages import ErrorCode
 
 
@@ -71,6 +71,7 @@ class Judge:
         return None
 
     def forward(self, start: int, fed: list[int]) -> None:
+        checked_ids(self.session.engine, fed, self.session.model.config.vocab_size, "$/forward params.tokens")
         history = self.session.history
         if start > len(history):
             self.violation(
@@ -104,11 +105,9 @@ class Judge:
         self.session.model.forward(np.asarray(fed, dtype=np.int64), EventState(start, self.session.handle))
 
     def token(self, token: int) -> None:
-        vocab = self.session.model.config.vocab_size
-        if not 0 <= token < vocab:
-            self.violation(
-                f"$/token {token} outside the vocabulary of {vocab} [rule: token ids lie in [0, vocab_size)]"
-            )
+        checked_ids(
+            self.session.engine, [token], self.session.model.config.vocab_size, "$/token params.token"
+        )
         if not self.fed_since_token:
             holds_prompt = not self.tokens and self.session.history == self.prompt
             if not holds_prompt:
@@ -130,6 +129,8 @@ class Judge:
             self.on_token(token)
 
     def finish(self, result: dict[str, Any], polls: int) -> WireRun:
+        vocab = self.session.model.config.vocab_size
+        checked_ids(self.session.engine, result["tokens"], vocab, "generate result tokens")
         if list(result["tokens"]) != self.tokens:
             self.violation(
                 f"generate returned tokens {result['tokens'][:8]}..., $/token reported {self.tokens[:8]}..."

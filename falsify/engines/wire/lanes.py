@@ -23,7 +23,7 @@ from falsify.engines.lanes import LaneRounds
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
-from falsify.engines.wire.events import EventState
+from falsify.engines.wire.events import EventState, checked_ids
 from falsify.engines.wire.messages import ErrorCode
 
 
@@ -57,11 +57,13 @@ class _Stream:
     cancel: Any
     stand_in: EventState  # the state object its forwards are replayed on (one per stream)
     fed: list[int] = field(default_factory=list)
+    chunks: list[list[int]] = field(default_factory=list)  # each reported forward's tokens, for recomputing
     tokens: list[int] = field(default_factory=list)
     token_rounds: list[int] = field(default_factory=list)
     prefill_chunks: int = 0
     decode_forwards: int = 0
     fed_since_token: bool = False
+    done: bool = False  # finished in a round's report (as the events allow) or by lane_cancel while decoding
 
 
 _handles = count(1)  # cancel-token handles, unique within the harness process
@@ -91,6 +93,7 @@ class WireLaneHost(LaneRounds):
         self._streams: dict[int, _Stream] = {}
         self._by_cancel: dict[int, int] = {}  # cancel handle -> stream
         self._status: dict[str, Any] | None = None  # the engine's last lane_status, until the next change
+        self._total: int | None = None  # the pool's size, as the first lane_status said it
 
     # -- requests that change the host ------------------------------------------------------------------------
     def _request(self, method: str, params: dict[str, Any], on_engine: Any = None) -> dict[str, Any]:
@@ -119,7 +122,7 @@ class WireLaneHost(LaneRounds):
 
     def round(self) -> WireRoundReport:
         self.rounds += 1
-        events: dict[str, Any] = {"decoded": [], "prefilled": [], "emitted": []}
+        events: dict[str, Any] = {"decoded": [], "prefilled": [], "emitted": [], "cancelled": []}
 
         def on_engine(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
             if method == "$/poll":
@@ -129,7 +132,10 @@ class WireLaneHost(LaneRounds):
                         f"$/poll during lane_round names cancel handle {params.get('cancel')!r}, which no "
                         "stream of this host was submitted with [rule: a stream polls its own token]"
                     )
-                return {"cancelled": bool(self._streams[sid].cancel.is_cancelled())}
+                cancelled = bool(self._streams[sid].cancel.is_cancelled())
+                if cancelled:
+                    events["cancelled"].append(sid)
+                return {"cancelled": cancelled}
             sid = params.get("stream")
             if sid not in self._streams:
                 self.violation(
@@ -167,9 +173,30 @@ class WireLaneHost(LaneRounds):
                 f"{said[1]}, emitted {said[2]}; its events show decoded {seen[0]}, prefilled {seen[1]}, emitted "
                 f"{seen[2]} [rule: a round's reply agrees with its events]"
             )
+        self._check_finished(report.finished, events)
         return report
 
+    def _check_finished(self, finished: tuple[int, ...], events: dict[str, Any]) -> None:
+        """`finished` holds exactly the streams the round's events end: a poll the harness answered true, or the
+        token that reached the stream's max_tokens (protocol §4.14), each once (issue #48: the engine's list was
+        taken on its word)."""
+        ended = set(events["cancelled"])
+        ended |= {
+            sid
+            for sid in events["emitted"]
+            if len(self._streams[sid].tokens) >= self._streams[sid].max_tokens
+        }
+        if sorted(finished) != sorted(ended) or len(set(finished)) != len(finished):
+            self.violation(
+                f"lane_round {self.rounds} result finished is {list(finished)}; its events end streams "
+                f"{sorted(ended)} (polls answered cancelled: {sorted(set(events['cancelled']))}; max_tokens reached: "
+                f"{sorted(ended - set(events['cancelled']))}) [rule: finished lists the streams the round ended]"
+            )
+        for sid in finished:
+            self._streams[sid].done = True
+
     def _forward(self, sid: int, s: _Stream, start: int, fed: list[int], events: dict[str, Any]) -> None:
+        checked_ids(self.engine, fed, self.vocab, f"$/forward (stream {sid}) params.tokens")
         if start != len(s.fed):
             self.violation(
                 f"stream {sid}: $/forward at {start}, but its reported forwards brought it to {len(s.fed)} "
@@ -194,16 +221,13 @@ class WireLaneHost(LaneRounds):
             s.decode_forwards += 1
             events["decoded"].append(sid)
         s.fed.extend(fed)
+        s.chunks.append(list(fed))
         s.fed_since_token = True
         s.stand_in.pos = start
         self.model.forward(np.asarray(fed, dtype=np.int64), s.stand_in)  # a proxy counts it; runs nothing
 
     def _token(self, sid: int, s: _Stream, token: int, events: dict[str, Any]) -> None:
-        if not 0 <= token < self.vocab:
-            self.violation(
-                f"stream {sid}: $/token {token} outside the vocabulary of {self.vocab} "
-                "[rule: token ids lie in [0, vocab_size)]"
-            )
+        checked_ids(self.engine, [token], self.vocab, f"$/token (stream {sid}) params.token")
         if not s.fed_since_token or len(s.fed) < len(s.prompt):
             self.violation(
                 f"stream {sid}: $/token {token} (token {len(s.tokens)}) with no forward reported since its last "
@@ -218,8 +242,10 @@ class WireLaneHost(LaneRounds):
         events["emitted"].append(sid)
 
     def cancel(self, stream: int) -> None:
-        self._stream(stream)
+        s = self._stream(stream)
         self._request("lane_cancel", {"stream": stream})
+        if s.tokens:  # a decoding stream finishes; a prefilling one pauses (§4.14)
+            s.done = True
 
     def resume(self, stream: int) -> None:
         self._stream(stream)
@@ -246,8 +272,35 @@ class WireLaneHost(LaneRounds):
             free, used, total = (status["pool"][k] for k in ("free", "used", "total"))
             if min(free, used) < 0 or total < 0:
                 self.violation(f"lane_status pool free {free}, used {used}, total {total}: negative counts")
+            if free + used != total or total != (self._total if self._total is not None else total):
+                self.violation(
+                    f"lane_status result pool: free {free} + used {used} is not total {total}, or total is not "
+                    f"the {self._total} it first said [rule: the pool's pages are free or used, a fixed total]"
+                )
+            self._total = total
+            for entry in status["streams"]:
+                self._check_entry(entry)
             self._status = status
         return self._status
+
+    def _check_entry(self, entry: dict[str, Any]) -> None:
+        """One stream of lane_status against what the harness saw of it: the counts its events show, `done`
+        exactly when a round finished it (or lane_cancel, while it decoded), a done stream's pages returned."""
+        sid = int(entry["stream"])
+        s = self._streams[sid]
+        if entry["emitted"] != len(s.tokens) or entry["pos"] != len(s.fed):
+            self.violation(
+                f"lane_status: stream {sid} emitted {entry['emitted']} at position {entry['pos']}; its events "
+                f"show {len(s.tokens)} tokens and {len(s.fed)} fed [rule: counts agree with the events]"
+            )
+        expected = "done" if s.done else ("decode" if s.tokens else ("prefill", "paused"))
+        if entry["phase"] not in expected or (s.done and entry["pages"] != 0):
+            self.violation(
+                f"lane_status result streams[stream {sid}]: phase {entry['phase']!r} holding {entry['pages']} "
+                f"pages; its events make it {expected!r} ({len(s.tokens)} of {s.max_tokens} tokens, "
+                f"{'finished' if s.done else 'not finished'}) [rule: a stream's phase follows its events; a done "
+                "stream's pages are returned]"
+            )
 
     def _entry(self, stream: int) -> dict[str, Any]:
         self._stream(stream)
@@ -271,18 +324,46 @@ class WireLaneHost(LaneRounds):
         return tuple(self._streams)
 
     def state_digest(self, stream: int) -> str:
-        self._stream(stream)
-        return str(
-            self.engine.connection().request("lane_digest", {"host": self.handle, "stream": stream})["digest"]
-        )
+        """The engine's lane_digest, checked (issue #48: a constant digest passed every comparison of states):
+        one digest never names two histories (on this engine), and where the engine offers `state`, the digest is
+        recomputed: a fresh state fed the stream's reported forwards, chunk by chunk, must have it (its own digest
+        checked against its state_bytes)."""
+        s = self._stream(stream)
+        conn = self.engine.connection()
+        digest = str(conn.request("lane_digest", {"host": self.handle, "stream": stream})["digest"])
+        seen = self.engine.lane_digests
+        history = tuple(s.fed)
+        if seen.setdefault(digest, history) != history:
+            other = seen[digest]
+            self.violation(
+                f"lane_digest result digest {digest[:16]}... for stream {stream}, fed {len(history)} tokens, was "
+                f"also the digest of a stream fed {len(other)} other tokens [rule: a digest names one state]"
+            )
+        if "state" in self.engine.capabilities:
+            recomputed = self._recompute(s)
+            if recomputed != digest:
+                self.violation(
+                    f"lane_digest result digest {digest[:16]}... for stream {stream}; a fresh state fed its "
+                    f"{len(s.chunks)} reported forwards ({len(s.fed)} tokens) has digest {recomputed[:16]}... "
+                    "[rule: a lane's digest is that of the state its reported forwards build]"
+                )
+        return digest
+
+    def _recompute(self, s: _Stream) -> str:
+        from falsify.engines.wire.client import WireModel  # client imports this module
+
+        # the engine's own model under the falsifier's proxy: these forwards are the harness's, not the stream's
+        model = WireModel(self.engine, self.model.handle, self.model.config)
+        state = model.new_state()
+        try:
+            for chunk in s.chunks:
+                model.forward(chunk, state)
+            return state.digest()
+        finally:
+            state.release()
 
     def stats(self, stream: int) -> WireStreamStats:
-        s, entry = self._stream(stream), self._entry(stream)
-        if entry["emitted"] != len(s.tokens) or entry["pos"] != len(s.fed):
-            self.violation(
-                f"lane_status: stream {stream} emitted {entry['emitted']} at position {entry['pos']}; its events "
-                f"show {len(s.tokens)} tokens and {len(s.fed)} fed [rule: counts agree with the events]"
-            )
+        s, entry = self._stream(stream), self._entry(stream)  # the entry checked by status()
         return WireStreamStats(
             str(entry["phase"]),
             len(s.fed),
