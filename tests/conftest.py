@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -32,3 +34,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(
         key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank))
     )  # stable: the rest keep their order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The mutants' control key (falsify/mutation/semantic/control.py) lives in the user's state directory: the
+    suite, and every falsify it starts, keeps one of its own in a scratch directory, never the user's."""
+    if "FALSIFY_STATE_DIR" not in os.environ:
+        state = tempfile.mkdtemp(prefix="falsify-test-state-")
+        os.environ["FALSIFY_STATE_DIR"] = state
+        config.add_cleanup(lambda: shutil.rmtree(state, ignore_errors=True))

@@ -4,6 +4,7 @@ run again. End to end on the toy project (tests/test_mutants_runner.py's fixture
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -105,10 +106,13 @@ def test_an_edit_of_an_engine_outside_the_tree_changes_the_key(
 @pytest.mark.parametrize(
     ("corrupt", "why"),
     [
-        (lambda text: text.replace('"ok": true', '"ok": false'), "its sha256 does not match its content"),
+        (
+            lambda text: text.replace('"ok": true', '"ok": false'),
+            "its HMAC does not match this user's control key",
+        ),
         (lambda text: text[: len(text) // 2], "not JSON"),
         (lambda text: "[1, 2]", "not a control entry"),
-        (lambda text: text.replace('"version": 1', '"version": 0'), "entry format 0"),
+        (lambda text: text.replace('"version": 2', '"version": 1'), "entry format 1"),
     ],
     ids=["edited", "truncated", "not-an-entry", "old-format"],
 )
@@ -128,7 +132,9 @@ def test_a_corrupted_entry_is_refused_in_the_output_and_the_control_runs_again(t
     result = falsify(toy, "poll-deleted")
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
-    assert f"mutants: stored control refused — {entry}: its sha256 does not match its content" in out
+    assert (
+        f"mutants: stored control refused — {entry}: its HMAC does not match this user's control key" in out
+    )
     assert RAN in out and REUSED not in out
     stored = control.load(toy, entry.stem)  # recomputed and stored again, over the corrupted one
     assert stored is not None and stored.fields["selected"] != _green_fields()["selected"]
@@ -140,6 +146,92 @@ def test_an_entry_under_another_key_is_refused(tmp_path: Path) -> None:
     with pytest.raises(control.CorruptEntry, match="holds key 'aaaa"):
         control.load(tmp_path, "b" * 64)
     assert control.load(tmp_path, "c" * 64) is None  # none stored: run it
+
+
+def forge(root: Path, entry_key: str, fields: dict[str, object], secret: bytes) -> Path:
+    """An entry as a forger writes it: the right format, `entry_key` and a MAC under `secret` (not the user's)."""
+    import hashlib
+    import hmac
+
+    body = {
+        "version": control.VERSION,
+        "key": entry_key,
+        "recorded": "2026-12-07T00:00:00Z",
+        "control": fields,
+    }
+    mac = hmac.new(secret, json.dumps(body, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+    path = control.path_of(root, entry_key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**body, "hmac": mac}), encoding="utf-8")
+    return path
+
+
+def test_a_forged_or_copied_entry_is_refused_by_name(tmp_path: Path) -> None:
+    """Issue #48: an entry is reused only when this user's falsify wrote it. One copied from another tree with
+    its key and checksum rewritten, and one MACed under another key (another user's, another machine's), are
+    refused by name; the user's own entry is read."""
+    other, mine = tmp_path / "other", tmp_path / "mine"
+    green = control.store(other, "a" * 64, _green_fields())
+    body = json.loads(green.read_text(encoding="utf-8"))
+    body["key"] = "b" * 64
+    del body["hmac"]
+    body["sha256"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()  # as v1 checked
+    copied = control.path_of(mine, "b" * 64)
+    copied.parent.mkdir(parents=True)
+    copied.write_text(json.dumps(body), encoding="utf-8")
+    why = "its HMAC does not match this user's control key"
+    with pytest.raises(control.CorruptEntry, match=why) as refused:
+        control.load(mine, "b" * 64)
+    assert f"{copied}: " in str(refused.value) and "forged" in str(refused.value)
+    stored = json.loads(green.read_text(encoding="utf-8"))["control"]
+    forged = forge(mine, "c" * 64, stored, b"\x01" * control.KEY_BYTES)
+    with pytest.raises(control.CorruptEntry, match=why):
+        control.load(mine, "c" * 64)
+    assert control.load(other, "a" * 64) is not None
+    assert forged.exists()
+
+
+def test_a_forged_entry_never_decides_the_verdict(toy: Path) -> None:  # noqa: F811
+    """End to end: a forged green entry under the tree's own key is refused in the output and the control runs."""
+    path = forge(toy, key_of(toy), _green_fields(), b"\x02" * control.KEY_BYTES)  # rows: none to convert
+    result = falsify(toy, "poll-deleted")
+    out = result.stdout
+    assert f"mutants: stored control refused — {path}: its HMAC does not match" in out, out + result.stderr
+    assert RAN in out and REUSED not in out
+
+
+@pytest.mark.parametrize("case", ["inside", "readable", "short"])
+def test_a_key_that_cannot_be_trusted_stores_and_reuses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """A control key inside the project, one others may read, or one that is not 32 bytes: NoKey, by name; the
+    control is neither stored nor reused with it."""
+    root, state = tmp_path / "root", tmp_path / "state"
+    root.mkdir()
+    if case == "inside":
+        state = root / ".state"
+    monkeypatch.setenv("FALSIFY_STATE_DIR", str(state))
+    named = {"inside": "lies inside the project", "readable": "mode 644", "short": "is not 32 bytes of hex"}[
+        case
+    ]
+    if case != "inside":
+        state.mkdir()
+        (state / control.KEY_NAME).write_text("ab" * (control.KEY_BYTES if case == "readable" else 3))
+        os.chmod(state / control.KEY_NAME, 0o644 if case == "readable" else 0o600)
+    with pytest.raises(control.NoKey, match=named):
+        control.store(root, "a" * 64, _green_fields())
+    assert not control.path_of(root, "a" * 64).exists()
+
+
+def test_the_key_is_made_once_for_this_user_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FALSIFY_STATE_DIR", str(tmp_path / "state"))
+    control.store(tmp_path / "root", "a" * 64, _green_fields())
+    key_file = tmp_path / "state" / control.KEY_NAME
+    made = key_file.read_bytes()
+    assert key_file.stat().st_mode & 0o777 == 0o600 and len(bytes.fromhex(made.decode())) == control.KEY_BYTES
+    control.store(tmp_path / "root", "b" * 64, _green_fields())
+    assert key_file.read_bytes() == made
+    assert control.load(tmp_path / "root", "a" * 64) is not None
 
 
 def test_only_the_most_recent_entries_are_kept(tmp_path: Path) -> None:

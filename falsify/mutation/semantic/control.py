@@ -12,13 +12,23 @@ of a small `falsify mutants` run. Its result is stored under the project's scrat
 Any edit anywhere in the tree or the engine gives another key, so a stale entry is never found; the KEEP
 most recent entries are kept, older ones removed.
 Only a green control is stored. An entry is read back only when it parses, names its own key and carries the
-sha256 of its body: anything else is refused by name (the file and why) and the control runs again.
+HMAC-SHA256 of its body under this user's control key: anything else is refused by name (the file and why) and
+the control runs again.
+
+Why a MAC (issue #48): `.falsify/` is inside the tree, so a CI cache, an archive or a pull request can put an
+entry there, and a plain checksum can be recomputed by whoever wrote it: an entry copied under another tree's key
+made `falsify mutants` PASS on a tree whose control was red. The key is 32 random bytes in the user's state
+directory, outside every tree (`$FALSIFY_STATE_DIR`, else `$XDG_STATE_HOME/falsify`, else
+`~/.local/state/falsify`; `control.key`, mode 0600, made on first use), so only entries this user's falsify wrote
+on this machine are reused. A key inside the project, a key others can read or write, or a key that cannot be
+made means no entry is stored or reused (said once), never a weaker check.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+import hmac
 import importlib.metadata
 import importlib.util
 import json
@@ -35,10 +45,12 @@ from falsify.harness.results import Outcome, PredictionResult
 from falsify.mutation.semantic.scratch import IGNORE_ANYWHERE, IGNORE_TOP
 from falsify.untrusted import safefile
 
-VERSION = 1  # of the entry format
+VERSION = 2  # of the entry format (2: an HMAC under the user's control key in place of a sha256)
 DIRECTORY = Path(".falsify/control")
 KEEP = 8  # stored controls kept (the most recent)
 MAX_ENTRY_BYTES = 64 * 2**20  # a stored control's file
+KEY_NAME = "control.key"  # in the user's state directory (state_dir())
+KEY_BYTES = 32
 ENV = (  # what changes the bytes of a forward or the examples hypothesis draws
     "OPENBLAS_CORETYPE",
     "OPENBLAS_NUM_THREADS",
@@ -186,8 +198,60 @@ def path_of(root: Path, entry_key: str) -> Path:
     return root / DIRECTORY / f"{entry_key}.json"
 
 
-def _body_sha(body: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+class NoKey(Exception):
+    """The user's control key cannot be used; the message says where and why. Nothing is stored or reused."""
+
+
+def state_dir() -> Path:
+    """The user's falsify state directory, outside every tree: $FALSIFY_STATE_DIR, else $XDG_STATE_HOME/falsify,
+    else ~/.local/state/falsify."""
+    given = os.environ.get("FALSIFY_STATE_DIR")
+    if given:
+        return Path(given).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "state"
+    return base / "falsify"
+
+
+def secret(root: Path, make: bool) -> bytes:
+    """This user's control key: read from the state directory (made there first when `make`). NoKey when it is
+    inside the project, not this user's or readable or writable by others, or cannot be read or made."""
+    path = state_dir() / KEY_NAME
+    if path.resolve().is_relative_to(root.resolve()):
+        raise NoKey(
+            f"the control key {path} lies inside the project, where anyone who writes the tree can read it"
+        )
+    if make and not os.path.lexists(path):
+        try:
+            safefile.make_dirs(path.parent, what="state directory")
+            os.chmod(path.parent, 0o700)
+            safefile.create(path, os.urandom(KEY_BYTES).hex().encode(), mode=0o600, what="control key")
+        except (safefile.FileLayerError, OSError) as exc:
+            if not os.path.lexists(path):  # not a concurrent run that made it first
+                raise NoKey(f"cannot make the control key: {exc}") from None
+    if not os.path.lexists(path):
+        raise NoKey(f"no control key at {path} (made when a control is first stored)")
+    try:
+        st = os.lstat(path)
+        text = safefile.read_text(path, limit=4 * KEY_BYTES, what="control key")
+    except (safefile.FileLayerError, OSError) as exc:
+        raise NoKey(f"cannot read the control key: {exc}") from None
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise NoKey(
+            f"the control key {path} is not this user's alone (owner uid {st.st_uid}, mode {st.st_mode & 0o777:o}): "
+            "not trusted"
+        )
+    try:
+        key_bytes = bytes.fromhex(text.strip())
+    except ValueError:
+        key_bytes = b""
+    if len(key_bytes) != KEY_BYTES:
+        raise NoKey(f"the control key {path} is not {KEY_BYTES} bytes of hex")
+    return key_bytes
+
+
+def _body_mac(key_bytes: bytes, body: dict[str, Any]) -> str:
+    return hmac.new(key_bytes, json.dumps(body, sort_keys=True).encode(), hashlib.sha256).hexdigest()
 
 
 def store(root: Path, entry_key: str, fields: dict[str, Any]) -> Path:
@@ -199,9 +263,10 @@ def store(root: Path, entry_key: str, fields: dict[str, Any]) -> Path:
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "control": {**fields, "rows": rows},
     }
+    mac = _body_mac(secret(root, make=True), body)
     path = path_of(root, entry_key)
     safefile.make_dirs(path.parent, what="control store", root=root)
-    data = json.dumps({**body, "sha256": _body_sha(body)}, indent=1, sort_keys=True).encode()
+    data = json.dumps({**body, "hmac": mac}, indent=1, sort_keys=True).encode()
     safefile.replace(path, data, what="stored control", root=root)  # atomic, never through a link
     # Every edit of the tree makes a new key: keep the KEEP most recent entries, not one per edit forever.
     entries = sorted(path.parent.glob("*.json"), key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)
@@ -212,7 +277,8 @@ def store(root: Path, entry_key: str, fields: dict[str, Any]) -> Path:
 
 
 def load(root: Path, entry_key: str) -> Stored | None:
-    """The stored control of this key; None when there is none; CorruptEntry when the file cannot be trusted."""
+    """The stored control of this key; None when there is none; CorruptEntry when the file cannot be trusted;
+    NoKey when there is an entry but no usable control key to check it with."""
     path = path_of(root, entry_key)
     if not os.path.lexists(path):
         return None
@@ -222,13 +288,17 @@ def load(root: Path, entry_key: str) -> Stored | None:
         raise CorruptEntry(f"not JSON or not readable: {exc}") from None
     if not isinstance(data, dict):
         raise CorruptEntry(f"{path}: not a control entry (a JSON {type(data).__name__})")
-    claimed = data.pop("sha256", None)
+    claimed = data.pop("hmac", None)
     if data.get("version") != VERSION:
         raise CorruptEntry(f"{path}: entry format {data.get('version')!r}, this falsify reads {VERSION}")
     if data.get("key") != entry_key:
         raise CorruptEntry(f"{path}: holds key {data.get('key')!r}, not its file name's")
-    if claimed != _body_sha(data):
-        raise CorruptEntry(f"{path}: its sha256 does not match its content (edited or truncated)")
+    mac = _body_mac(secret(root, make=False), data)
+    if not isinstance(claimed, str) or not hmac.compare_digest(claimed, mac):
+        raise CorruptEntry(
+            f"{path}: its HMAC does not match this user's control key ({state_dir() / KEY_NAME}): not written by "
+            "this user's falsify here (copied from another tree or machine, restored from a cache, forged or edited)"
+        )
     try:
         control = dict(data["control"])
         control["rows"] = [_unrow(r) for r in control["rows"]]
@@ -279,6 +349,9 @@ def reuse_or_run(
     except CorruptEntry as exc:
         say(f"mutants: stored control refused — {exc}; running the control again")
         stored = None
+    except NoKey as exc:
+        say(f"mutants: stored control not read — {exc}; running the control again")
+        stored = None
     if stored is not None:
         where = str(stored.path.relative_to(root))
         say(
@@ -293,7 +366,7 @@ def reuse_or_run(
         }
         try:
             store(root, entry, kept)
-        except safefile.FileLayerError as exc:  # the run stands; only its reuse is lost
+        except (safefile.FileLayerError, NoKey) as exc:  # the run stands; only its reuse is lost
             say(f"mutants: control not stored — {exc}")
     return control
 
