@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from falsify import __version__
+from falsify.contracts import pack_record
 from falsify.contracts.packs import DISTRIBUTION
 from falsify.errors import FalsifyError
 from falsify.subcommand import add_subcommand
@@ -71,6 +72,13 @@ def build_wheel(target: Path) -> Path:
         raise WrapperError(f"{DISTRIBUTION} {dist.version}: its METADATA cannot be read")
     version = dist.version
     package = Path(__file__).resolve().parent
+    # Pin only the harness its distribution installed (issue #48): a file edited in site-packages would be pinned
+    # and run in CI byte for byte. A source tree or an editable install has no RECORD of its files: packed as is.
+    recorded, _ = pack_record.installed(package)
+    if recorded is not None:
+        problems = pack_record.record_problems(recorded, package, "falsify/")
+        if problems:
+            raise WrapperError(pack_record.refusal("the installed harness", recorded, problems))
     files: dict[str, bytes] = {
         f"falsify/{p.relative_to(package).as_posix()}": p.read_bytes()
         for p in sorted(package.rglob("*"))

@@ -43,6 +43,9 @@ def pack_dir(name: str) -> Path:
     installed = available()
     if name not in installed:
         raise PackError(f"unknown pack {name!r}: installed packs are {', '.join(installed) or 'none'}")
+    from falsify.contracts.pack_record import check  # it imports this module
+
+    check(name)  # PackTampered unless the installed files are those its RECORD lists (issue #48)
     return root() / name
 
 

@@ -432,10 +432,13 @@ def _pack_annotations(name: str, role: str) -> dict[str, str]:
     shipped = PackFile.parse(name)
     out = {"falsify.role": role}
     if shipped is not None:
+        from falsify.contracts.pack_record import check
+
         out |= {
             "falsify.distribution": shipped.distribution,
             "falsify.version": shipped.version,
             "falsify.path": shipped.path,
+            "falsify.record": check(shipped.pack).record,  # the RECORD check (issue #48); verify repeats it
         }
     return out
 

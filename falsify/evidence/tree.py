@@ -136,6 +136,7 @@ def pack_files(root: Path) -> list[tuple[str, str, Path]]:
     """(name, role, path) of every file of the project's packs: named relative to the root when the pack lives in
     the tree (falsify's own checkout), else as its distribution ships it (packs.PackFile: distribution, version,
     path inside the package), never as a path of this machine."""
+    from falsify.contracts.pack_record import PackTampered
     from falsify.contracts.packs import PackError, pack_dir, pack_file
     from falsify.project import find_project_or_none
 
@@ -144,6 +145,8 @@ def pack_files(root: Path) -> list[tuple[str, str, Path]]:
     for name in project.packs if project else ():
         try:
             base = pack_dir(name).resolve()
+        except PackTampered:
+            raise  # never skipped: evidence is refused, verify names it
         except PackError:
             continue  # lint names the unknown pack; evidence is not written for a corpus that does not lint
         for p in sorted(base.rglob("*")):

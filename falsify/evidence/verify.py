@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 
 from falsify.contracts.corpus import contract_dirs, load_corpus
+from falsify.contracts.pack_record import PackTampered
 from falsify.errors import FalsifyError
 from falsify.evidence import (
     CONTRACT_EVIDENCE_TYPE,
@@ -215,7 +216,11 @@ def _verify(bundle: Path, root: Path, v: Verification) -> None:
     weights = recorded_weights(root, test_result["subject"])
     weight_digests = {name: _weight_digest(path, v) for name, path in weights}
     now.update({name: ("weights", path) for name, path in weights if path is not None})
-    now.update({name: (f"pack {role}", path) for name, role, path in pack_files(root)})
+    try:  # each installed pack held to its distribution's RECORD again (issue #48)
+        now.update({name: (f"pack {role}", path) for name, role, path in pack_files(root)})
+    except PackTampered as exc:
+        v.problems.append(str(exc))
+        return
     now.update({name: (role, path) for name, role, path in harness_files(root) if name not in now})
     renamed = _pack_versions(recorded, now, v)
     for name, d in sorted(recorded.items()):
