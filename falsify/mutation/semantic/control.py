@@ -294,7 +294,8 @@ def load(root: Path, entry_key: str) -> Stored | None:
     if data.get("key") != entry_key:
         raise CorruptEntry(f"{path}: holds key {data.get('key')!r}, not its file name's")
     mac = _body_mac(secret(root, make=False), data)
-    if not isinstance(claimed, str) or not hmac.compare_digest(claimed, mac):
+    # bytes: compare_digest raises TypeError on a str with non-ASCII characters (found by the fuzzer)
+    if not isinstance(claimed, str) or not hmac.compare_digest(claimed.encode(), mac.encode()):
         raise CorruptEntry(
             f"{path}: its HMAC does not match this user's control key ({state_dir() / KEY_NAME}): not written by "
             "this user's falsify here (copied from another tree or machine, restored from a cache, forged or edited)"
