@@ -159,7 +159,7 @@ def test_the_checked_claims_hold_on_honest_engines(monkeypatch: pytest.MonkeyPat
             "finished",
             "lane_round 5 result finished is []; its events end streams [0, 1] (polls answered cancelled: [1]",
         ),
-        ("phase", "phase 'decode' holding 0 pages; its events make it 'done'"),
+        ("phase", "phase 'decode' holding 0 pages; its events make it done (3 of 3 tokens, finished)"),
         ("kept", f"prefill_step result kept[0].tokens[63] is {2**62}, outside the vocabulary of 512"),
         ("keptprefix", "[rule: a kept snapshot is the prompt's prefix at a mark, taken at the chunk's end]"),
         ("bigtoken", f"generate result tokens[2] is {2**62}, outside the vocabulary of 512"),

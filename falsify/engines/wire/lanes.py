@@ -293,11 +293,11 @@ class WireLaneHost(LaneRounds):
                 f"lane_status: stream {sid} emitted {entry['emitted']} at position {entry['pos']}; its events "
                 f"show {len(s.tokens)} tokens and {len(s.fed)} fed [rule: counts agree with the events]"
             )
-        expected = "done" if s.done else ("decode" if s.tokens else ("prefill", "paused"))
+        expected = ("done",) if s.done else ("decode",) if s.tokens else ("prefill", "paused")
         if entry["phase"] not in expected or (s.done and entry["pages"] != 0):
             self.violation(
                 f"lane_status result streams[stream {sid}]: phase {entry['phase']!r} holding {entry['pages']} "
-                f"pages; its events make it {expected!r} ({len(s.tokens)} of {s.max_tokens} tokens, "
+                f"pages; its events make it {' or '.join(expected)} ({len(s.tokens)} of {s.max_tokens} tokens, "
                 f"{'finished' if s.done else 'not finished'}) [rule: a stream's phase follows its events; a done "
                 "stream's pages are returned]"
             )
