@@ -60,20 +60,9 @@ def honest() -> Iterator[WireEngine]:
     engine.close()
 
 
-@pytest.fixture
-def bounded() -> Iterator[None]:
-    def hung(signum: int, frame: object) -> None:
-        raise AssertionError("a case hung past its 60 s alarm")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(workload=workloads)
-def test_an_honest_engine_passes_every_check(honest: WireEngine, bounded: None, workload: Any) -> None:
+def test_an_honest_engine_passes_every_check(honest: WireEngine, alarm: None, workload: Any) -> None:
     signal.alarm(60)
     run(honest, workload)
     signal.alarm(0)
@@ -116,7 +105,7 @@ def lie(kind: str, method: str, result: dict[str, Any]) -> dict[str, Any] | None
 @settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(workload=workloads, kind=st.sampled_from(LIES), at=st.integers(0, 3))
 def test_a_lie_the_wire_can_check_is_refused_by_its_rule(
-    bounded: None, workload: Any, kind: str, at: int
+    alarm: None, workload: Any, kind: str, at: int
 ) -> None:
     """The reply after the first `at` that could carry the lie carries it (a case with fewer is discarded)."""
     engine = WireEngine(SPEC)
