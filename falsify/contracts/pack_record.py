@@ -26,10 +26,21 @@ import os
 import stat
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 
-from falsify.contracts.packs import DISTRIBUTION, PackError, root
+from falsify.errors import FalsifyError
+
+DISTRIBUTION = "falsify-harness"  # the distribution the packs ship in (pyproject.toml [project] name)
+
+
+class PackError(FalsifyError):
+    """A pack name that no installed pack has (falsify/contracts/packs.py raises it; defined here, below it)."""
+
+
+def root() -> Path:
+    """falsify/packs/, where the installed packs are."""
+    return Path(str(resources.files("falsify.packs")))
 
 
 class PackTampered(PackError):

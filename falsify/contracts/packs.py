@@ -19,18 +19,15 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
 
-from falsify.errors import FalsifyError
-
-
-class PackError(FalsifyError):
-    """A pack name that no installed pack has."""
-
-
-def root() -> Path:
-    return Path(str(resources.files("falsify.packs")))
+# the RECORD check, below this module: PackError, the distribution's name and the packs' root are defined there
+# and re-exported here, where importers name them
+from falsify.contracts.pack_record import DISTRIBUTION as DISTRIBUTION
+from falsify.contracts.pack_record import PackError as PackError
+from falsify.contracts.pack_record import check
+from falsify.contracts.pack_record import root as root
 
 
 def available() -> list[str]:
@@ -43,8 +40,6 @@ def pack_dir(name: str) -> Path:
     installed = available()
     if name not in installed:
         raise PackError(f"unknown pack {name!r}: installed packs are {', '.join(installed) or 'none'}")
-    from falsify.contracts.pack_record import check  # it imports this module
-
     check(name)  # PackTampered unless the installed files are those its RECORD lists (issue #48)
     return root() / name
 
@@ -101,9 +96,6 @@ def is_pack_file(path: str | Path) -> bool:
     except ValueError:
         return False
     return True
-
-
-DISTRIBUTION = "falsify-harness"  # the distribution the packs ship in (pyproject.toml [project] name)
 
 
 @dataclass(frozen=True, slots=True)

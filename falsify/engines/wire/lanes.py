@@ -13,6 +13,7 @@ ProtocolViolation naming it.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any, NoReturn
@@ -23,7 +24,7 @@ from falsify.engines.lanes import LaneRounds
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
-from falsify.engines.wire.events import EventState, checked_ids
+from falsify.engines.wire.events import EventState, _engine_bytes, checked_ids
 from falsify.engines.wire.messages import ErrorCode
 
 
@@ -326,8 +327,8 @@ class WireLaneHost(LaneRounds):
     def state_digest(self, stream: int) -> str:
         """The engine's lane_digest, checked (issue #48: a constant digest passed every comparison of states):
         one digest never names two histories (on this engine), and where the engine offers `state`, the digest is
-        recomputed: a fresh state fed the stream's reported forwards, chunk by chunk, must have it (its own digest
-        checked against its state_bytes)."""
+        recomputed: a fresh state fed the stream's reported forwards, chunk by chunk, must have it (sha256 of the bytes
+        state_bytes sends for it)."""
         s = self._stream(stream)
         conn = self.engine.connection()
         digest = str(conn.request("lane_digest", {"host": self.handle, "stream": stream})["digest"])
@@ -350,17 +351,18 @@ class WireLaneHost(LaneRounds):
         return digest
 
     def _recompute(self, s: _Stream) -> str:
-        from falsify.engines.wire.client import WireModel  # client imports this module
-
-        # the engine's own model under the falsifier's proxy: these forwards are the harness's, not the stream's
-        model = WireModel(self.engine, self.model.handle, self.model.config)
-        state = model.new_state()
+        """sha256 of the bytes of a fresh state fed the stream's reported forwards, one forward per chunk (the
+        harness's own requests, on the engine's model, not through the falsifier's proxy: they are not the
+        stream's)."""
+        conn = self.engine.connection()
+        state = conn.request("new_state", {"model": self.model.handle})["state"]
         try:
             for chunk in s.chunks:
-                model.forward(chunk, state)
-            return state.digest()
+                conn.request("forward", {"state": state, "tokens": chunk})
+            sent = conn.request("state_bytes", {"state": state})["bytes"]
+            return hashlib.sha256(_engine_bytes(self.engine, sent, "state_bytes result")).hexdigest()
         finally:
-            state.release()
+            conn.request("release_state", {"state": state})
 
     def stats(self, stream: int) -> WireStreamStats:
         s, entry = self._stream(stream), self._entry(stream)  # the entry checked by status()
