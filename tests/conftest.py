@@ -23,7 +23,6 @@ SLOW_FIRST = (
     "tests/fuzz/test_gate_hostile.py",
     "tests/test_mutmut_runner.py",
     "tests/test_openai_pack.py",
-    "tests/test_mutmut_contracts.py",
 )
 
 
