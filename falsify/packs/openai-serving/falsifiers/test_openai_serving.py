@@ -118,8 +118,11 @@ def hangup_trials(engine: Any, k: int) -> tuple[dict[str, Any], list[dict[str, A
     for trial in range(TRIALS):
         before = settled(engine)
         stream = read_k(engine, 1100 + 10 * k + trial, k)
-        # what the server could decode, at its per-token time, between sending token k and hearing of the hang-up
-        ahead = (time.perf_counter() - stream.t0 - stream.times[k - 1] + idle) / tau
+        # What the server could decode, at its per-token time, before it heard of the hang-up, beyond the k tokens
+        # read: from token k's arrival on, or, where the client read late (its host loaded, the tokens waiting in
+        # its socket), from the request's start on: all it could have decoded by then, less the k.
+        now = time.perf_counter() - stream.t0
+        ahead = max(now - stream.times[k - 1] + idle, now + idle - k * tau) / tau
         stream.close()
         at_hangup = reported(engine)  # the server may have decoded ahead of what the client read
         probes.append(ttft(engine, probe))
