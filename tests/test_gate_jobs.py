@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +94,14 @@ def test_two_processes_judge_as_one(tmp_path: Path) -> None:
         line for line in verdict if line.startswith("gate: FAIL")
     ]
     junit = (tmp_path / "two" / "junit.xml").read_text(encoding="utf-8")
-    assert junit.count("<testcase") == (tmp_path / "one" / "junit.xml").read_text(encoding="utf-8").count(
-        "<testcase"
-    )
+    single = (tmp_path / "one" / "junit.xml").read_text(encoding="utf-8")
+    assert junit.count("<testcase") == single.count("<testcase")
+
+    def totals(text: str) -> list[int]:
+        suites = list(ET.fromstring(text).iter("testsuite"))
+        return [sum(int(s.get(a, "0")) for s in suites) for a in ("tests", "skipped", "errors", "failures")]
+
+    assert totals(junit) == totals(single)  # evidence compares these with pytest's count
 
 
 def test_a_serial_falsifier_runs_alone_after_the_rest(tmp_path: Path) -> None:
