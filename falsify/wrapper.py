@@ -14,7 +14,6 @@ installed harness gives the same bytes.
 from __future__ import annotations
 
 import argparse
-import base64
 import hashlib
 import zipfile
 from importlib import metadata
@@ -55,10 +54,6 @@ def wheel_name(version: str) -> str:
     return f"{DISTRIBUTION.replace('-', '_')}-{version}-py3-none-any.whl"
 
 
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
 def build_wheel(target: Path) -> Path:
     """The running harness as a wheel in `target`; returns its path."""
     try:
@@ -91,7 +86,7 @@ def build_wheel(target: Path) -> Path:
     if entry_points:
         files[f"{info}/entry_points.txt"] = entry_points.encode()
     files[f"{info}/top_level.txt"] = b"falsify\n"
-    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in files.items())
+    record = "".join(f"{name},{pack_record.record_hash(data)},{len(data)}\n" for name, data in files.items())
     files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\n").encode()
     target.mkdir(parents=True, exist_ok=True)
     out = target / wheel_name(version)

@@ -195,7 +195,6 @@ def run_pytest_shared(
             f.close()
     for name in names[1:]:
         print(f"gate: pytest process {name} of {jobs}:", flush=True)
-        sys.stdout.flush()
         with open(run_dir / f"pytest-{name}.log", "rb") as log:
             shutil.copyfileobj(log, sys.stdout.buffer)
         sys.stdout.buffer.flush()

@@ -26,7 +26,6 @@ COSTS_OPTION = "--falsify-shard-costs"
 SERIAL = "serial"
 SERIAL_MARK = "falsify_serial"
 MAX_JOBS = 8
-DEFAULT_COST = 0.5  # seconds: a test the previous run did not time
 
 
 def parse(value: str) -> tuple[int, int] | str:
@@ -80,7 +79,7 @@ def assign(nodeids: Sequence[str], costs: dict[str, float], n: int) -> list[int]
                 share[i] = k % n
         return share
     known = sorted(costs.values())
-    fallback = known[len(known) // 2] if known else DEFAULT_COST
+    fallback = known[len(known) // 2]  # a test the previous run did not time: its median
     cost = {f: sum(costs.get(nodeids[i], fallback) for i in members) for f, members in files.items()}
     load = [0.0] * n
     for f in sorted(files, key=lambda f: (-cost[f], f)):
@@ -107,7 +106,6 @@ def merge_results(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
     merged["tests"] = tests
     merged["counts"] = dict(counts)
     merged.pop("held_back", None)
-    merged.pop("shard", None)
     coverage = [p["wire_coverage"] for p in parts if p.get("wire_coverage")]
     if coverage:
         # a message exercised by any share was exercised by the run

@@ -41,7 +41,7 @@ from falsify.engines.prefill import Stepped
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection
-from falsify.engines.wire.events import EventState, WireRun, _engine_bytes, checked_ids, checked_logits
+from falsify.engines.wire.events import EventState, WireRun, checked_ids, checked_logits, engine_bytes
 from falsify.engines.wire.judge import Judge
 from falsify.engines.wire.messages import (
     PROTOCOL_VERSIONS,
@@ -373,14 +373,14 @@ class WireState:
 
     def to_bytes(self) -> bytes:
         result = self.engine.connection().request("state_bytes", {"state": self.handle})
-        return _engine_bytes(self.engine, result["bytes"], "state_bytes result")
+        return engine_bytes(self.engine, result["bytes"], "state_bytes result")
 
     def digest(self) -> str:
         """The engine's digest, checked against sha256 of the state bytes it sends for the same state."""
         conn = self.engine.connection()
         digest = str(conn.request("state_digest", {"state": self.handle})["digest"])
         got = conn.request("state_bytes", {"state": self.handle})
-        measured = hashlib.sha256(_engine_bytes(self.engine, got["bytes"], "state_bytes result")).hexdigest()
+        measured = hashlib.sha256(engine_bytes(self.engine, got["bytes"], "state_bytes result")).hexdigest()
         if measured != digest:
             conn.fail(
                 errors.ProtocolViolation(

@@ -37,7 +37,7 @@ def _engine_f32(engine: Any, obj: dict[str, Any], what: str) -> np.ndarray:
         _conn(engine).fail(errors.MalformedMessage(f"engine {engine.spec}: {exc}"))
 
 
-def _engine_bytes(engine: Any, text: str, what: str) -> bytes:
+def engine_bytes(engine: Any, text: str, what: str) -> bytes:
     try:
         return decode_bytes(text, what)
     except ValueError as exc:

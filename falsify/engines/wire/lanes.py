@@ -24,7 +24,7 @@ from falsify.engines.lanes import LaneRounds
 from falsify.engines.tokens import token_list
 from falsify.engines.wire import errors
 from falsify.engines.wire.connection import Connection, EngineRefused
-from falsify.engines.wire.events import EventState, _engine_bytes, checked_ids
+from falsify.engines.wire.events import EventState, checked_ids, engine_bytes
 from falsify.engines.wire.messages import ErrorCode
 
 
@@ -273,7 +273,7 @@ class WireLaneHost(LaneRounds):
             free, used, total = (status["pool"][k] for k in ("free", "used", "total"))
             if min(free, used) < 0 or total < 0:
                 self.violation(f"lane_status pool free {free}, used {used}, total {total}: negative counts")
-            if free + used != total or total != (self._total if self._total is not None else total):
+            if free + used != total or self._total not in (None, total):
                 self.violation(
                     f"lane_status result pool: free {free} + used {used} is not total {total}, or total is not "
                     f"the {self._total} it first said [rule: the pool's pages are free or used, a fixed total]"
@@ -360,7 +360,7 @@ class WireLaneHost(LaneRounds):
             for chunk in s.chunks:
                 conn.request("forward", {"state": state, "tokens": chunk})
             sent = conn.request("state_bytes", {"state": state})["bytes"]
-            return hashlib.sha256(_engine_bytes(self.engine, sent, "state_bytes result")).hexdigest()
+            return hashlib.sha256(engine_bytes(self.engine, sent, "state_bytes result")).hexdigest()
         finally:
             conn.request("release_state", {"state": state})
 

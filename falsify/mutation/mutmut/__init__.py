@@ -69,7 +69,14 @@ from pathlib import Path
 
 from falsify.mutation import stryker
 from falsify.mutation.executors import EXECUTORS, sigterm_interrupts
-from falsify.mutation.mutmut.config import MutmutError, MutmutRun, read_baseline, read_config, render_baseline
+from falsify.mutation.mutmut.config import (
+    MutmutConfig,
+    MutmutError,
+    MutmutRun,
+    read_baseline,
+    read_config,
+    render_baseline,
+)
 from falsify.mutation.mutmut.contracts import per_group_counts, read_contracts_config, run_contracts
 from falsify.mutation.mutmut.report import render_survivors, to_stryker, verdict
 from falsify.mutation.mutmut.running import run_mutmut
@@ -174,13 +181,7 @@ def run(args: argparse.Namespace) -> int:
         return run_judged_by_contracts(project, args)
     if args.draw is not None:
         raise MutmutError("--draw is for --judge contracts (the unit judge draws with --sample K/N)")
-    config = read_config(project)
-    if args.kill_rate_floor is not None:
-        if not 0 <= args.kill_rate_floor <= 100:
-            raise MutmutError(
-                f"--kill-rate-floor must be a percentage in [0, 100], got {args.kill_rate_floor}"
-            )
-        config = dataclasses.replace(config, kill_rate_floor=args.kill_rate_floor)
+    config = with_floor(read_config(project), args.kill_rate_floor)
     if args.write_baseline and args.since:
         raise MutmutError("--write-baseline needs a whole run or --recheck, not --since")
     if args.recheck and args.since:
@@ -262,6 +263,15 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def with_floor(config: MutmutConfig, floor: float | None) -> MutmutConfig:
+    """CONFIG with --kill-rate-floor's FLOOR in place of its own, when given (a percentage in [0, 100])."""
+    if floor is None:
+        return config
+    if not 0 <= floor <= 100:
+        raise MutmutError(f"--kill-rate-floor must be a percentage in [0, 100], got {floor}")
+    return dataclasses.replace(config, kill_rate_floor=floor)
+
+
 def run_judged_by_contracts(project: Project, args: argparse.Namespace) -> int:
     """`falsify mutmut --judge contracts`: contracts.py's run, reported as a mutmut run is, with each mutant's
     judging gate and the per-group counts in contracts.json beside the Stryker report."""
@@ -283,14 +293,7 @@ def run_judged_by_contracts(project: Project, args: argparse.Namespace) -> int:
     if args.draw is not None and args.draw < 1:
         raise MutmutError(f"--draw must be >= 1, got {args.draw}")
     config = read_contracts_config(project)
-    if args.kill_rate_floor is not None:
-        if not 0 <= args.kill_rate_floor <= 100:
-            raise MutmutError(
-                f"--kill-rate-floor must be a percentage in [0, 100], got {args.kill_rate_floor}"
-            )
-        config = dataclasses.replace(
-            config, mutmut=dataclasses.replace(config.mutmut, kill_rate_floor=args.kill_rate_floor)
-        )
+    config = dataclasses.replace(config, mutmut=with_floor(config.mutmut, args.kill_rate_floor))
     if args.timeout is not None:
         config = dataclasses.replace(config, gate_timeout=args.timeout)
     baseline = read_baseline(project, config.mutmut)
